@@ -1,0 +1,287 @@
+//! `keelson up`, `status`, `member`, `kv`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use futures::StreamExt;
+use keelson_client::api::{MemberStatus, ReadConsistency, WatchCreate, WatchResponseKind};
+use keelson_client::StoreClient;
+use keelson_localcluster::{LocalCluster, LocalClusterSpec, Manifest};
+use keelson_mvcc::{KeyRange, RangeRequest};
+
+const DEFAULT_CLUSTER_DIR: &str = "keelson-cluster";
+
+#[derive(Args)]
+pub struct UpArgs {
+    /// Number of server processes (3 or 5 for a fault-tolerant cluster).
+    #[arg(long, default_value_t = 3)]
+    servers: usize,
+    /// Directory of the cluster: one data directory per server and cluster.json.
+    /// Running `up` again on it resumes the cluster.
+    #[arg(long, default_value = DEFAULT_CLUSTER_DIR)]
+    data_dir: PathBuf,
+    /// First port (server i listens on base+i, metrics on base+100+i); 0 picks free ports.
+    #[arg(long, default_value_t = 23790)]
+    base_port: u16,
+}
+
+pub async fn up(args: UpArgs) -> anyhow::Result<()> {
+    if args.servers == 0 || args.servers > 9 {
+        bail!("--servers must be between 1 and 9 (3 or 5 for fault tolerance), got {}", args.servers);
+    }
+    let spec = LocalClusterSpec {
+        servers: args.servers,
+        dir: args.data_dir.clone(),
+        binary: std::env::current_exe().context("locating the keelson binary")?,
+        base_port: args.base_port,
+        extra_args: vec![],
+    };
+    let cluster = LocalCluster::start(spec, |msg| println!("keelson up: {msg}")).await?;
+    println!();
+    println!("Cluster ready ({} servers). Endpoints:", cluster.manifest().servers.len());
+    for s in &cluster.manifest().servers {
+        println!("  {:<10} store/raft {}   metrics http://{}/metrics   log {}", s.name, s.raft_addr, s.metrics_addr, s.data_dir.join("server.log").display());
+    }
+    println!("State: {}   (cluster.json lists pids and addresses)", cluster.dir().display());
+    println!("Try:   keelson status --cluster-dir {}", cluster.dir().display());
+    println!("Stop:  Ctrl-C (running `keelson up` again on the same --data-dir resumes)");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    println!("keelson up: stopping servers");
+    cluster.stop(Duration::from_secs(10)).await?;
+    println!("keelson up: stopped");
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct Target {
+    /// A server's `host:port`.
+    #[arg(long)]
+    server: Option<String>,
+    /// A `keelson up` directory; its cluster.json gives the servers.
+    #[arg(long)]
+    cluster_dir: Option<PathBuf>,
+}
+
+impl Target {
+    fn endpoints(&self) -> anyhow::Result<Vec<String>> {
+        if let Some(s) = &self.server {
+            return Ok(vec![s.clone()]);
+        }
+        let dir = self.cluster_dir.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_CLUSTER_DIR));
+        let path = dir.join("cluster.json");
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let m: Manifest = serde_json::from_slice(&bytes).with_context(|| format!("reading {}", path.display()))?;
+                Ok(m.servers.into_iter().map(|s| s.raft_addr).collect())
+            }
+            Err(_) if self.cluster_dir.is_none() => Ok(vec!["127.0.0.1:2380".into()]),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+
+    fn client(&self) -> anyhow::Result<StoreClient> {
+        Ok(StoreClient::new(&self.endpoints()?)?)
+    }
+}
+
+#[derive(Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let client = args.target.client()?;
+    let mut list = None;
+    for _ in 0..args.target.endpoints()?.len() {
+        match client.member_list().await {
+            Ok(l) => {
+                list = Some(l);
+                break;
+            }
+            Err(_) => client.rotate(),
+        }
+    }
+    let list = list.context("no server answered")?;
+    let mut rows: Vec<(u64, String, String, Result<MemberStatus, String>)> = Vec::new();
+    for m in &list.members {
+        let c = StoreClient::new(&[m.addr.as_str()])?;
+        let st = tokio::time::timeout(Duration::from_secs(2), c.status()).await;
+        let st = match st {
+            Ok(Ok(s)) => Ok(s),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("timed out".into()),
+        };
+        rows.push((m.id, m.name.clone(), m.addr.clone(), st));
+    }
+    let leader_last = rows
+        .iter()
+        .filter_map(|r| r.3.as_ref().ok())
+        .find(|s| s.role == "leader")
+        .map(|s| s.last_log_index);
+    if args.json {
+        let members: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(id, name, addr, st)| match st {
+                Ok(s) => serde_json::json!({
+                    "id": format!("{id:x}"), "name": name, "addr": addr, "reachable": true,
+                    "role": s.role, "term": s.term, "leader": s.leader.map(|l| format!("{l:x}")),
+                    "last_log_index": s.last_log_index, "committed_index": s.committed_index,
+                    "applied_index": s.applied_index, "snapshot_index": s.snapshot_index,
+                    "purged_index": s.purged_index,
+                    "lag": leader_last.map(|l| l.saturating_sub(s.applied_index)),
+                    "revision": s.revision, "compacted_revision": s.compacted_revision,
+                }),
+                Err(e) => serde_json::json!({"id": format!("{id:x}"), "name": name, "addr": addr, "reachable": false, "error": e}),
+            })
+            .collect();
+        let out = serde_json::json!({"leader": list.leader.map(|l| format!("{l:x}")), "members": members});
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "{:<16} {:<10} {:<21} {:<9} {:>5} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}",
+        "ID", "NAME", "ADDRESS", "ROLE", "TERM", "LAST-LOG", "COMMIT", "APPLIED", "LAG", "REVISION", "COMPACTED"
+    );
+    for (id, name, addr, st) in rows {
+        match st {
+            Ok(s) => println!(
+                "{:<16x} {:<10} {:<21} {:<9} {:>5} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}",
+                id,
+                name,
+                addr,
+                s.role,
+                s.term,
+                s.last_log_index,
+                s.committed_index,
+                s.applied_index,
+                leader_last.map(|l| l.saturating_sub(s.applied_index).to_string()).unwrap_or("?".into()),
+                s.revision,
+                s.compacted_revision
+            ),
+            Err(e) => println!("{id:<16x} {name:<10} {addr:<21} unreachable: {e}"),
+        }
+    }
+    Ok(())
+}
+
+#[derive(Subcommand)]
+pub enum MemberCmd {
+    /// List members.
+    List(Target),
+    /// Remove a member by its hex id (see `keelson status`).
+    Remove {
+        #[command(flatten)]
+        target: Target,
+        id: String,
+    },
+}
+
+pub async fn member(cmd: MemberCmd) -> anyhow::Result<()> {
+    match cmd {
+        MemberCmd::List(t) => {
+            let l = t.client()?.member_list().await?;
+            for m in l.members {
+                let lead = if Some(m.id) == l.leader { " (leader)" } else { "" };
+                println!("{:x} {} {} {}{}", m.id, m.name, m.addr, if m.voter { "voter" } else { "learner" }, lead);
+            }
+        }
+        MemberCmd::Remove { target, id } => {
+            let id = u64::from_str_radix(id.trim_start_matches("0x"), 16).with_context(|| format!("{id} is not a hex member id"))?;
+            let l = target.client()?.member_remove(id).await?;
+            println!("removed {id:x}; {} members remain", l.members.len());
+        }
+    }
+    Ok(())
+}
+
+#[derive(Subcommand)]
+pub enum KvCmd {
+    Get {
+        #[command(flatten)]
+        target: Target,
+        key: String,
+        /// Treat KEY as a prefix.
+        #[arg(long)]
+        prefix: bool,
+        /// Local (possibly stale) read.
+        #[arg(long)]
+        serializable: bool,
+    },
+    Put {
+        #[command(flatten)]
+        target: Target,
+        key: String,
+        value: String,
+    },
+    Del {
+        #[command(flatten)]
+        target: Target,
+        key: String,
+    },
+    Watch {
+        #[command(flatten)]
+        target: Target,
+        key: String,
+        #[arg(long)]
+        prefix: bool,
+        /// First revision to show (default: from now).
+        #[arg(long, default_value_t = 0)]
+        rev: i64,
+    },
+}
+
+pub async fn kv(cmd: KvCmd) -> anyhow::Result<()> {
+    match cmd {
+        KvCmd::Get { target, key, prefix, serializable } => {
+            let range = if prefix { KeyRange::prefix(key) } else { KeyRange::single(key) };
+            let consistency = if serializable { ReadConsistency::Serializable } else { ReadConsistency::Linearizable };
+            let r = target.client()?.range(RangeRequest { range, ..Default::default() }, consistency).await?;
+            for kv in r.response.kvs {
+                println!(
+                    "{} = {} (mod {}, create {}, version {})",
+                    String::from_utf8_lossy(&kv.key),
+                    String::from_utf8_lossy(&kv.value),
+                    kv.mod_revision,
+                    kv.create_revision,
+                    kv.version
+                );
+            }
+            eprintln!("revision {}", r.header.revision);
+        }
+        KvCmd::Put { target, key, value } => {
+            let r = target.client()?.put(key.as_bytes(), value.as_bytes()).await?;
+            println!("revision {}", r.header.revision);
+        }
+        KvCmd::Del { target, key } => {
+            let r = target.client()?.delete(KeyRange::single(key)).await?;
+            println!("revision {}", r.header.revision);
+        }
+        KvCmd::Watch { target, key, prefix, rev } => {
+            let range = if prefix { KeyRange::prefix(key) } else { KeyRange::single(key) };
+            let create = WatchCreate { watch_id: 1, range, start_revision: rev, prev_kv: false, progress_notify: true };
+            let (_tx, mut stream) = target.client()?.watch(create).await?;
+            while let Some(msg) = stream.next().await {
+                let msg = msg?;
+                match msg.kind {
+                    WatchResponseKind::Events(events) => {
+                        for e in events {
+                            println!("{:?} {} = {} @{}", e.kind, String::from_utf8_lossy(&e.kv.key), String::from_utf8_lossy(&e.kv.value), e.kv.mod_revision);
+                        }
+                    }
+                    other => eprintln!("{other:?} @{}", msg.header.revision),
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,65 @@
+//! `keelson`: wires the crates into subcommands. No logic of its own lives here.
+
+mod cli_cluster;
+mod cli_server;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "keelson", version, about = "Keelson: a Kubernetes-compatible control plane with its own Raft store")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run one server replica.
+    Server(cli_server::ServerArgs),
+    /// Run a whole local cluster of server processes in the foreground.
+    Up(cli_cluster::UpArgs),
+    /// Show the cluster's members, leader, terms and log positions.
+    Status(cli_cluster::StatusArgs),
+    /// List, add or remove cluster members.
+    #[command(subcommand)]
+    Member(cli_cluster::MemberCmd),
+    /// Read and write keys of the replicated store directly (debugging).
+    #[command(subcommand)]
+    Kv(cli_cluster::KvCmd),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCmd),
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Drive the replicated store (and, with --compare-etcd, etcd) with concurrent clients.
+    Store(keelson_bench::StoreBenchArgs),
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KEELSON_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn,h2=warn,tower=warn"));
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    match cli.command {
+        Cmd::Server(args) => {
+            init_tracing();
+            rt.block_on(cli_server::run(args))
+        }
+        Cmd::Up(args) => rt.block_on(cli_cluster::up(args)),
+        Cmd::Status(args) => rt.block_on(cli_cluster::status(args)),
+        Cmd::Member(cmd) => rt.block_on(cli_cluster::member(cmd)),
+        Cmd::Kv(cmd) => rt.block_on(cli_cluster::kv(cmd)),
+        Cmd::Bench(BenchCmd::Store(args)) => rt.block_on(keelson_bench::run_store_bench(args)),
+    }
+}

@@ -1,0 +1,194 @@
+//! Tests that run the real `keelson` binary as separate processes: durability under
+//! repeated `kill -9`, `keelson up` with resume, `keelson status --json`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use keelson_client::api::ReadConsistency;
+use keelson_localcluster::{LocalCluster, LocalClusterSpec};
+use keelson_mvcc::{KeyRange, RangeRequest};
+
+fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_keelson"))
+}
+
+async fn start(servers: usize, dir: PathBuf, extra: &[&str]) -> LocalCluster {
+    let spec = LocalClusterSpec {
+        servers,
+        dir,
+        binary: binary(),
+        base_port: 0,
+        extra_args: extra.iter().map(|s| s.to_string()).collect(),
+    };
+    LocalCluster::start(spec, |m| eprintln!("cluster: {m}")).await.expect("cluster starts")
+}
+
+/// Under concurrent writes, replicas (the leader every other time) are killed with
+/// SIGKILL and restarted, repeatedly. Every write that was acknowledged must be readable
+/// afterwards, with the acknowledged value.
+async fn durability_under_kill_9(servers: usize) {
+    let tmp = tempfile::tempdir().expect("tmp");
+    // Small snapshot interval so restarts also go through snapshots and purged logs.
+    let mut cluster = start(servers, tmp.path().join("c"), &["--snapshot-every", "300", "--keep-logs", "50"]).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..8 {
+        let client = cluster.client().starting_at(w);
+        let stop = stop.clone();
+        writers.push(tokio::spawn(async move {
+            let mut acked: BTreeMap<String, String> = BTreeMap::new();
+            let mut attempts = 0u64;
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let key = format!("/durable/{w}/{i:06}");
+                let value = format!("value-{w}-{i}");
+                attempts += 1;
+                match tokio::time::timeout(Duration::from_secs(3), client.put(key.as_bytes(), value.as_bytes())).await {
+                    Ok(Ok(_)) => {
+                        acked.insert(key, value);
+                    }
+                    // Unknown outcome or refused: not acknowledged, so nothing is promised.
+                    Ok(Err(_)) | Err(_) => {
+                        client.rotate();
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+                i += 1;
+            }
+            (acked, attempts)
+        }));
+    }
+    for round in 0..6 {
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let victim = if round % 2 == 0 {
+            cluster.leader_index().await.unwrap_or(round % servers)
+        } else {
+            (round * 7 + 1) % servers
+        };
+        eprintln!("round {round}: kill -9 server {victim}");
+        cluster.kill(victim).await.expect("kill");
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        cluster.restart(victim).expect("restart");
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut acked = BTreeMap::new();
+    let mut attempts = 0;
+    for w in writers {
+        let (a, n) = w.await.expect("writer");
+        acked.extend(a);
+        attempts += n;
+    }
+    eprintln!("{} of {attempts} writes acknowledged", acked.len());
+    assert!(acked.len() > 100, "too few acknowledged writes to mean anything: {}", acked.len());
+    cluster.wait_ready(Duration::from_secs(60)).await.expect("cluster recovers");
+    // Check on every replica, linearizably.
+    for i in 0..servers {
+        let c = cluster.client().starting_at(i);
+        let r = c
+            .range(RangeRequest { range: KeyRange::prefix("/durable/"), ..Default::default() }, ReadConsistency::Linearizable)
+            .await
+            .expect("read back");
+        let present: BTreeMap<String, String> = r
+            .response
+            .kvs
+            .into_iter()
+            .map(|kv| (String::from_utf8(kv.key).expect("utf8"), String::from_utf8(kv.value).expect("utf8")))
+            .collect();
+        let lost: Vec<_> = acked.iter().filter(|(k, v)| present.get(*k) != Some(*v)).take(5).collect();
+        assert!(lost.is_empty(), "replica {i}: acknowledged writes lost or wrong, e.g. {lost:?}");
+    }
+    cluster.stop(Duration::from_secs(10)).await.expect("stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_replicas_lose_no_acknowledged_write_under_repeated_kill_9() {
+    durability_under_kill_9(3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_replicas_lose_no_acknowledged_write_under_repeated_kill_9() {
+    durability_under_kill_9(5).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keelson_up_writes_cluster_json_stops_cleanly_and_resumes() {
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("up");
+    let spawn_up = || {
+        std::process::Command::new(binary())
+            .args(["up", "--servers", "3", "--base-port", "0", "--data-dir"])
+            .arg(&dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("keelson up")
+    };
+    let wait_ready = |child: &mut std::process::Child| {
+        let out = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(out).lines();
+        for line in lines.by_ref() {
+            let line = line.expect("line");
+            eprintln!("up: {line}");
+            if line.starts_with("Cluster ready") {
+                // Keep draining in the background so `up` never blocks on a full pipe.
+                std::thread::spawn(move || for _ in lines {});
+                return;
+            }
+        }
+        panic!("keelson up exited before the cluster was ready");
+    };
+    let status_json = |dir: &PathBuf| -> serde_json::Value {
+        let out = std::process::Command::new(binary()).arg("status").arg("--json").arg("--cluster-dir").arg(dir).output().expect("status");
+        assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("status --json is JSON")
+    };
+
+    let mut up = spawn_up();
+    wait_ready(&mut up);
+    let manifest: keelson_localcluster::Manifest =
+        serde_json::from_slice(&std::fs::read(dir.join("cluster.json")).expect("cluster.json")).expect("manifest");
+    assert_eq!(manifest.servers.len(), 3);
+    assert!(manifest.servers.iter().all(|s| s.running && s.pid.is_some()));
+    let st = status_json(&dir);
+    let members = st["members"].as_array().expect("members");
+    assert_eq!(members.len(), 3);
+    assert!(st["leader"].is_string());
+    assert_eq!(members.iter().filter(|m| m["role"] == "leader").count(), 1);
+    let put = std::process::Command::new(binary())
+        .args(["kv", "put", "--cluster-dir"])
+        .arg(&dir)
+        .args(["/up/key", "kept"])
+        .output()
+        .expect("put");
+    assert!(put.status.success());
+
+    // SIGTERM stops every server.
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(up.id() as i32, libc::SIGTERM) };
+    let code = up.wait().expect("wait");
+    assert!(code.success(), "keelson up exited with {code}");
+    for s in &manifest.servers {
+        let alive = unsafe { libc::kill(s.pid.expect("pid") as i32, 0) } == 0;
+        assert!(!alive, "{} still running after keelson up stopped", s.name);
+    }
+
+    // Running it again resumes the same cluster with its data.
+    let mut up = spawn_up();
+    wait_ready(&mut up);
+    let st2 = status_json(&dir);
+    let ids = |v: &serde_json::Value| {
+        let mut ids: Vec<String> = v["members"].as_array().expect("members").iter().map(|m| m["id"].to_string()).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(&st), ids(&st2), "resumed cluster has other members");
+    let get = std::process::Command::new(binary()).args(["kv", "get", "--cluster-dir"]).arg(&dir).arg("/up/key").output().expect("get");
+    assert!(String::from_utf8_lossy(&get.stdout).contains("/up/key = kept"), "data lost across resume: {}", String::from_utf8_lossy(&get.stdout));
+    unsafe { libc::kill(up.id() as i32, libc::SIGTERM) };
+    assert!(up.wait().expect("wait").success());
+}

@@ -1,0 +1,12 @@
+//! `keelson bench store`: the same closed-loop load against Keelson and etcd.
+//!
+//! Each phase runs N concurrent clients for a fixed time; every client issues one request
+//! at a time and records its latency. Clients are spread over all replicas (client i talks
+//! to replica i mod n), for Keelson and for etcd alike. Phases: puts of random keys,
+//! linearizable gets, serializable gets, over a pre-loaded key space.
+
+mod load;
+mod report;
+
+pub use load::{run_store_bench, StoreBenchArgs};
+pub use report::{PhaseResult, SystemReport};

@@ -1,0 +1,174 @@
+//! Messages of the store and cluster services (postcard inside `keelson.v1.Envelope`).
+//!
+//! Every reply is `Result<Reply, StoreError>`; gRPC status codes are used only for
+//! transport failures. Versioning: add enum variants at the end, fields never change.
+
+use keelson_mvcc::{Event, KeyRange, RangeRequest, RangeResponse, Revision, TxnResponse};
+use serde::{Deserialize, Serialize};
+
+/// Facts about the replica that answered, attached to every reply.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResponseHeader {
+    /// Raft id of the answering replica.
+    pub member_id: u64,
+    /// The store revision the reply reflects.
+    pub revision: Revision,
+    pub raft_term: u64,
+}
+
+/// How fresh a read must be.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadConsistency {
+    /// Reflects every write acknowledged before the read started (ReadIndex), on any replica.
+    #[default]
+    Linearizable,
+    /// The replica's local state, possibly stale.
+    Serializable,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeCall {
+    pub request: RangeRequest,
+    pub consistency: ReadConsistency,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeReply {
+    pub header: ResponseHeader,
+    pub response: RangeResponse,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnReply {
+    pub header: ResponseHeader,
+    pub response: TxnResponse,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactCall {
+    pub revision: Revision,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadIndexReply {
+    /// The log index a linearizable read must wait for.
+    pub index: u64,
+    pub leader_id: u64,
+}
+
+/// A store-level failure, the same on every replica for the same cause.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum StoreError {
+    /// The requested revision was compacted away; the caller must re-list.
+    #[error("revision has been compacted (compacted up to {compacted})")]
+    Compacted { compacted: Revision },
+    /// The requested revision is after the store's current revision.
+    #[error("revision is in the future (current revision {current})")]
+    FutureRevision { current: Revision },
+    /// The request itself is invalid (too many ops, overlapping keys, bad range).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// No leader could be reached in time (election in progress, or no quorum).
+    #[error("no leader available: {0}")]
+    NoLeader(String),
+    /// This replica is not (or no longer) a leader for a leader-only request.
+    #[error("not the leader (leader: {leader:?})")]
+    NotLeader { leader: Option<u64> },
+    /// The replica is shutting down or its storage failed; try another replica.
+    #[error("replica unavailable: {0}")]
+    Unavailable(String),
+    /// A membership change could not be made.
+    #[error("membership change failed: {0}")]
+    Membership(String),
+}
+
+/// Client → server messages on a watch stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WatchRequest {
+    Create(WatchCreate),
+    /// Ask every watch on this stream for a progress notification now.
+    Progress,
+    Cancel { watch_id: u64 },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchCreate {
+    /// Chosen by the client, unique on its stream.
+    pub watch_id: u64,
+    pub range: KeyRange,
+    /// First revision to deliver; 0 = "from now", established linearizably.
+    pub start_revision: Revision,
+    pub prev_kv: bool,
+    /// Send periodic progress notifications (bookmarks) while idle.
+    pub progress_notify: bool,
+}
+
+/// Server → client messages on a watch stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchResponse {
+    pub watch_id: u64,
+    pub header: ResponseHeader,
+    pub kind: WatchResponseKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WatchResponseKind {
+    /// The watch exists; events from `start_revision` follow.
+    Created { start_revision: Revision },
+    /// Events in revision order; the watcher has now seen everything up to the header
+    /// revision for its range.
+    Events(Vec<Event>),
+    /// Nothing new in range up to the header revision (a bookmark).
+    Progress,
+    /// The start revision is compacted; re-list and watch from the new revision.
+    Compacted { compacted: Revision },
+    /// The watch ended; resume on any replica from `resume_revision` to lose nothing.
+    Canceled { reason: String, resume_revision: Revision },
+}
+
+/// One member as the cluster's membership config knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberInfo {
+    pub id: u64,
+    pub name: String,
+    pub addr: String,
+    pub voter: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberAddCall {
+    pub id: u64,
+    pub name: String,
+    pub addr: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberRemoveCall {
+    pub id: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberListReply {
+    pub leader: Option<u64>,
+    pub members: Vec<MemberInfo>,
+}
+
+/// One replica's own view of its Raft and storage state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberStatus {
+    pub id: u64,
+    pub name: String,
+    pub addr: String,
+    /// "leader", "follower", "candidate", "learner" or "shutdown".
+    pub role: String,
+    pub term: u64,
+    pub leader: Option<u64>,
+    pub last_log_index: u64,
+    pub committed_index: u64,
+    pub applied_index: u64,
+    pub snapshot_index: u64,
+    pub purged_index: u64,
+    pub revision: Revision,
+    pub compacted_revision: Revision,
+    pub members: Vec<MemberInfo>,
+}

@@ -1,0 +1,209 @@
+//! [`StoreClient`]: talks to one replica at a time and moves to the next one when a
+//! replica cannot be reached.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use keelson_mvcc::{
+    Compare, CompareOp, CompareTarget, DeleteRangeRequest, KeyRange, Op, PutRequest, RangeRequest, Revision,
+    TxnRequest,
+};
+use keelson_proto::v1::cluster_client::ClusterClient;
+use keelson_proto::v1::store_client::StoreClient as GrpcStoreClient;
+use keelson_proto::v1::Envelope;
+use serde::{de::DeserializeOwned, Serialize};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::api::*;
+
+/// A client-side failure.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The store answered with an error.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The replica could not be reached or the call broke off. For a write the outcome is
+    /// unknown: it may or may not have been applied.
+    #[error("transport error talking to {endpoint}: {status}")]
+    Transport { endpoint: String, status: tonic::Status },
+    /// A reply could not be decoded.
+    #[error("malformed reply: {0}")]
+    Decode(String),
+    /// The client was given no endpoints, or one it cannot parse.
+    #[error("bad endpoint {0}")]
+    BadEndpoint(String),
+}
+
+impl ClientError {
+    /// True when another replica may succeed where this one failed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Transport { .. }
+                | ClientError::Store(StoreError::Unavailable(_))
+                | ClientError::Store(StoreError::NoLeader(_))
+        )
+    }
+}
+
+/// A store client over a fixed list of replica endpoints (`host:port`).
+#[derive(Clone)]
+pub struct StoreClient {
+    endpoints: Arc<Vec<(String, Channel)>>,
+    current: Arc<AtomicUsize>,
+}
+
+impl StoreClient {
+    /// Creates a client; connections are made lazily. `endpoints[0]` is tried first.
+    pub fn new<S: AsRef<str>>(endpoints: &[S]) -> Result<Self, ClientError> {
+        if endpoints.is_empty() {
+            return Err(ClientError::BadEndpoint("(none given)".into()));
+        }
+        let mut chans = Vec::new();
+        for e in endpoints {
+            let e = e.as_ref().trim_start_matches("http://").to_string();
+            let ch = Endpoint::from_shared(format!("http://{e}"))
+                .map_err(|_| ClientError::BadEndpoint(e.clone()))?
+                .connect_timeout(Duration::from_millis(500))
+                .tcp_nodelay(true)
+                .connect_lazy();
+            chans.push((e, ch));
+        }
+        Ok(Self { endpoints: Arc::new(chans), current: Arc::new(AtomicUsize::new(0)) })
+    }
+
+    /// A client that starts on endpoint `index` (so many clients spread over replicas).
+    pub fn starting_at(&self, index: usize) -> Self {
+        Self { endpoints: self.endpoints.clone(), current: Arc::new(AtomicUsize::new(index % self.endpoints.len())) }
+    }
+
+    /// The endpoint calls currently go to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoints[self.current.load(Ordering::Relaxed) % self.endpoints.len()].0
+    }
+
+    fn pick(&self) -> (String, Channel) {
+        let i = self.current.load(Ordering::Relaxed) % self.endpoints.len();
+        self.endpoints[i].clone()
+    }
+
+    /// Moves to the next replica.
+    pub fn rotate(&self) {
+        self.current.fetch_add(1, Ordering::Relaxed);
+    }
+
+    async fn call<Req: Serialize, Rep: DeserializeOwned>(
+        &self,
+        req: &Req,
+        invoke: impl AsyncFnOnce(Channel, Envelope) -> Result<tonic::Response<Envelope>, tonic::Status>,
+    ) -> Result<Rep, ClientError> {
+        let (endpoint, ch) = self.pick();
+        let env = Envelope { payload: postcard::to_stdvec(req).map_err(|e| ClientError::Decode(e.to_string()))? };
+        let resp = invoke(ch, env).await.map_err(|status| ClientError::Transport { endpoint, status })?;
+        let reply: Result<Rep, StoreError> =
+            postcard::from_bytes(&resp.get_ref().payload).map_err(|e| ClientError::Decode(e.to_string()))?;
+        Ok(reply?)
+    }
+
+    /// Reads a range. Retries on other replicas when one is unreachable (reads are
+    /// idempotent), up to one pass over the endpoints.
+    pub async fn range(&self, request: RangeRequest, consistency: ReadConsistency) -> Result<RangeReply, ClientError> {
+        let call = RangeCall { request, consistency };
+        let mut last = None;
+        for _ in 0..self.endpoints.len() {
+            match self.call(&call, async |ch, env| grpc(ch).range(env).await).await {
+                Err(e) if e.is_retryable() => {
+                    last = Some(e);
+                    self.rotate();
+                }
+                other => return other,
+            }
+        }
+        Err(last.expect("at least one endpoint"))
+    }
+
+    /// Runs a transaction once (no retry: after a transport error the outcome is unknown).
+    pub async fn txn(&self, request: TxnRequest) -> Result<TxnReply, ClientError> {
+        self.call(&request, async |ch, env| grpc(ch).txn(env).await).await
+    }
+
+    pub async fn compact(&self, revision: Revision) -> Result<ResponseHeader, ClientError> {
+        self.call(&CompactCall { revision }, async |ch, env| grpc(ch).compact(env).await).await
+    }
+
+    pub async fn get(&self, key: &[u8]) -> Result<RangeReply, ClientError> {
+        self.range(RangeRequest { range: KeyRange::single(key), ..Default::default() }, ReadConsistency::Linearizable)
+            .await
+    }
+
+    pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<TxnReply, ClientError> {
+        self.txn(TxnRequest {
+            success: vec![Op::Put(PutRequest { key: key.to_vec(), value: value.to_vec(), prev_kv: false })],
+            ..Default::default()
+        })
+        .await
+    }
+
+    pub async fn delete(&self, range: KeyRange) -> Result<TxnReply, ClientError> {
+        self.txn(TxnRequest { success: vec![Op::DeleteRange(DeleteRangeRequest { range, prev_kv: false })], ..Default::default() })
+            .await
+    }
+
+    /// Puts `value` only if `key` was last modified at `mod_revision` (0 = key absent).
+    pub async fn put_if_mod_revision(&self, key: &[u8], value: &[u8], mod_revision: Revision) -> Result<TxnReply, ClientError> {
+        self.txn(TxnRequest {
+            compare: vec![Compare { key: key.to_vec(), op: CompareOp::Equal, target: CompareTarget::ModRevision(mod_revision) }],
+            success: vec![Op::Put(PutRequest { key: key.to_vec(), value: value.to_vec(), prev_kv: false })],
+            failure: vec![],
+        })
+        .await
+    }
+
+    /// Opens a watch stream on the current replica. The stream ends when the replica
+    /// goes away; resume on another replica from the last seen revision + 1.
+    pub async fn watch(
+        &self,
+        create: WatchCreate,
+    ) -> Result<(tokio::sync::mpsc::Sender<WatchRequest>, impl Stream<Item = Result<WatchResponse, ClientError>>), ClientError> {
+        let (endpoint, ch) = self.pick();
+        let (tx, rx) = tokio::sync::mpsc::channel::<WatchRequest>(16);
+        tx.send(WatchRequest::Create(create)).await.map_err(|_| ClientError::Decode("watch closed".into()))?;
+        let outbound = tokio_stream::wrappers::ReceiverStream::new(rx)
+            .map(|r| Envelope { payload: postcard::to_stdvec(&r).unwrap_or_default() });
+        let resp = grpc(ch)
+            .watch(outbound)
+            .await
+            .map_err(|status| ClientError::Transport { endpoint: endpoint.clone(), status })?;
+        let stream = resp.into_inner().map(move |item| match item {
+            Ok(env) => postcard::from_bytes::<WatchResponse>(&env.payload).map_err(|e| ClientError::Decode(e.to_string())),
+            Err(status) => Err(ClientError::Transport { endpoint: endpoint.clone(), status }),
+        });
+        Ok((tx, stream))
+    }
+
+    pub async fn status(&self) -> Result<MemberStatus, ClientError> {
+        self.call(&(), async |ch, env| cluster(ch).status(env).await).await
+    }
+
+    pub async fn member_list(&self) -> Result<MemberListReply, ClientError> {
+        self.call(&(), async |ch, env| cluster(ch).member_list(env).await).await
+    }
+
+    pub async fn member_add(&self, call: MemberAddCall) -> Result<MemberListReply, ClientError> {
+        self.call(&call, async |ch, env| cluster(ch).member_add(env).await).await
+    }
+
+    pub async fn member_remove(&self, id: u64) -> Result<MemberListReply, ClientError> {
+        self.call(&MemberRemoveCall { id }, async |ch, env| cluster(ch).member_remove(env).await).await
+    }
+}
+
+fn grpc(ch: Channel) -> GrpcStoreClient<Channel> {
+    GrpcStoreClient::new(ch).max_decoding_message_size(256 << 20).max_encoding_message_size(256 << 20)
+}
+
+fn cluster(ch: Channel) -> ClusterClient<Channel> {
+    ClusterClient::new(ch)
+}

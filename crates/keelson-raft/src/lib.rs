@@ -1,0 +1,65 @@
+//! Keelson's Raft layer: openraft wired to the MVCC state machine.
+//!
+//! - [`types`]: the openraft type configuration and versioned log payloads;
+//! - [`state_machine`]: applies entries to [`keelson_mvcc::MvccStore`], publishes changes
+//!   to local watchers, builds and installs streamed file snapshots;
+//! - [`mem_log_store`]: a non-durable log store for tests (`keelson-rocks` has the real one);
+//! - [`network`] / [`transport_service`]: the replica-to-replica transport over gRPC.
+//!
+//! Architecture invariant: this crate does not depend on RocksDB; storage engines come in
+//! through [`keelson_mvcc::KvBackend`] and openraft's `RaftLogStorage`.
+
+pub mod mem_log_store;
+pub mod network;
+pub mod snapshot_file;
+pub mod state_machine;
+pub mod transport_service;
+pub mod types;
+pub mod wire;
+
+pub use mem_log_store::MemLogStore;
+pub use state_machine::{AppliedChange, AppliedPosition, KeelsonStateMachine, StateHandle};
+pub use types::*;
+
+/// A running Raft node over a state machine with backend `B`.
+pub type KeelsonRaftNode<B> = openraft::Raft<KeelsonRaft, KeelsonStateMachine<B>>;
+
+/// Errors of the Raft layer that callers handle.
+#[derive(Debug, thiserror::Error)]
+pub enum RaftLayerError {
+    /// The node is shutting down; its state machine no longer advances.
+    #[error("the replica is shutting down")]
+    Shutdown,
+}
+
+/// When to snapshot and how much log to keep behind a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogRetention {
+    /// Build a snapshot after this many entries were applied since the last one.
+    pub snapshot_every: u64,
+    /// Keep this many entries behind the snapshot, so briefly lagging followers catch up
+    /// from the log instead of a snapshot.
+    pub keep_behind_snapshot: u64,
+}
+
+impl Default for LogRetention {
+    fn default() -> Self {
+        Self { snapshot_every: 20_000, keep_behind_snapshot: 5_000 }
+    }
+}
+
+/// Raft configuration for replicas on one LAN: 100 ms heartbeats, elections after
+/// 500–1000 ms of silence (a new leader in about a second after a crash).
+pub fn default_config(cluster_name: &str, retention: LogRetention) -> openraft::Config {
+    openraft::Config {
+        cluster_name: cluster_name.to_string(),
+        heartbeat_interval: 100,
+        election_timeout_min: 500,
+        election_timeout_max: 1000,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(retention.snapshot_every),
+        max_in_snapshot_log_to_keep: retention.keep_behind_snapshot,
+        purge_batch_size: (retention.snapshot_every / 4).clamp(1, 1024),
+        max_payload_entries: 512,
+        ..Default::default()
+    }
+}

@@ -1,0 +1,175 @@
+//! The Raft transport's client side: openraft's `RaftNetworkV2` over tonic gRPC.
+//!
+//! API boundary: this module and [`crate::transport_service`] alone know how Raft
+//! messages travel between replicas.
+
+use std::future::Future;
+use std::time::Duration;
+
+use keelson_proto::v1::raft_transport_client::RaftTransportClient;
+use keelson_proto::v1::SnapshotChunk;
+use openraft::errors::{NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{RPCOption, RaftNetworkFactory};
+use openraft::network::v2::RaftNetworkV2;
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
+use openraft::OptionalSend;
+use tokio::io::AsyncReadExt;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::snapshot_file::SnapshotFile;
+use crate::types::{KeelsonRaft, MemberNode, NodeId, Vote};
+use crate::wire;
+
+type Snapshot = openraft::alias::SnapshotOf<KeelsonRaft, SnapshotFile>;
+
+/// Size of one snapshot chunk on the wire.
+pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
+
+/// Opens a (lazily connected) gRPC channel to a replica's `host:port`.
+pub fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
+    Ok(Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(Duration::from_millis(500))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(5))
+        .keep_alive_timeout(Duration::from_secs(5))
+        .connect_lazy())
+}
+
+/// Creates one [`GrpcPeer`] per replication target.
+#[derive(Clone, Default)]
+pub struct GrpcNetworkFactory;
+
+impl RaftNetworkFactory<KeelsonRaft> for GrpcNetworkFactory {
+    type Network = GrpcPeer;
+
+    async fn new_client(&mut self, target: NodeId, node: &MemberNode) -> GrpcPeer {
+        GrpcPeer { target, addr: node.raft_addr.clone(), client: None }
+    }
+}
+
+/// The connection to one peer replica.
+pub struct GrpcPeer {
+    target: NodeId,
+    addr: String,
+    client: Option<RaftTransportClient<Channel>>,
+}
+
+impl GrpcPeer {
+    fn client(&mut self) -> Result<RaftTransportClient<Channel>, RPCError<KeelsonRaft>> {
+        if self.client.is_none() {
+            let ch = channel(&self.addr).map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+            self.client = Some(
+                RaftTransportClient::new(ch)
+                    .max_decoding_message_size(256 << 20)
+                    .max_encoding_message_size(256 << 20),
+            );
+        }
+        Ok(self.client.clone().expect("client set above"))
+    }
+}
+
+fn status_to_rpc(target: NodeId, s: tonic::Status) -> RPCError<KeelsonRaft> {
+    match s.code() {
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
+            RPCError::Unreachable(Unreachable::from_string(format!("replica {target:x}: {}", s.message())))
+        }
+        _ => RPCError::Network(NetworkError::from_string(format!("replica {target:x}: {s}"))),
+    }
+}
+
+fn decode_reply<T: serde::de::DeserializeOwned>(
+    what: &'static str,
+    env: &keelson_proto::v1::Envelope,
+) -> Result<T, RPCError<KeelsonRaft>> {
+    let res: Result<T, RaftError<KeelsonRaft>> =
+        wire::decode(what, env).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+    res.map_err(|e| RPCError::Network(NetworkError::from_string(e.to_string())))
+}
+
+impl RaftNetworkV2<KeelsonRaft> for GrpcPeer {
+    type SnapshotData = SnapshotFile;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<KeelsonRaft>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<KeelsonRaft>, RPCError<KeelsonRaft>> {
+        let env = wire::encode("append-entries", &rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let mut req = tonic::Request::new(env);
+        req.set_timeout(option.hard_ttl());
+        let resp = self.client()?.append_entries(req).await.map_err(|s| status_to_rpc(self.target, s))?;
+        decode_reply("append-entries reply", resp.get_ref())
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<KeelsonRaft>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<KeelsonRaft>, RPCError<KeelsonRaft>> {
+        let env = wire::encode("vote", &rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let mut req = tonic::Request::new(env);
+        req.set_timeout(option.hard_ttl());
+        let resp = self.client()?.vote(req).await.map_err(|s| status_to_rpc(self.target, s))?;
+        decode_reply("vote reply", resp.get_ref())
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        _option: RPCOption,
+    ) -> Result<SnapshotResponse<KeelsonRaft>, StreamingError<KeelsonRaft>> {
+        let header = postcard::to_stdvec(&(vote, &snapshot.meta))
+            .map_err(|e| StreamingError::Network(NetworkError::new(&e)))?;
+        let file = tokio::fs::File::open(&snapshot.snapshot.path)
+            .await
+            .map_err(|e| StreamingError::Network(NetworkError::new(&e)))?;
+        let (tx, rx) = tokio::sync::mpsc::channel::<SnapshotChunk>(4);
+        let reader = tokio::spawn(stream_file(file, header, tx));
+        let mut client = self.client().map_err(StreamingError::from)?;
+        let target = self.target;
+        let send = async move {
+            let resp = client
+                .install_snapshot(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await
+                .map_err(|s| StreamingError::from(status_to_rpc(target, s)))?;
+            let res: Result<SnapshotResponse<KeelsonRaft>, RaftError<KeelsonRaft>> =
+                wire::decode("snapshot reply", resp.get_ref())
+                    .map_err(|e| StreamingError::Network(NetworkError::new(&e)))?;
+            res.map_err(|e| StreamingError::Network(NetworkError::from_string(e.to_string())))
+        };
+        tokio::pin!(cancel);
+        let out = tokio::select! {
+            closed = &mut cancel => Err(StreamingError::Closed(closed)),
+            res = send => res,
+        };
+        reader.abort();
+        out
+    }
+}
+
+async fn stream_file(
+    mut file: tokio::fs::File,
+    header: Vec<u8>,
+    tx: tokio::sync::mpsc::Sender<SnapshotChunk>,
+) -> std::io::Result<()> {
+    let mut header = Some(header);
+    loop {
+        let mut buf = vec![0u8; SNAPSHOT_CHUNK_BYTES];
+        let mut filled = 0;
+        while filled < buf.len() {
+            let n = file.read(&mut buf[filled..]).await?;
+            if n == 0 {
+                break;
+            }
+            filled += n;
+        }
+        buf.truncate(filled);
+        let last = filled < SNAPSHOT_CHUNK_BYTES;
+        let chunk = SnapshotChunk { header: header.take().unwrap_or_default(), data: buf };
+        if tx.send(chunk).await.is_err() || last {
+            return Ok(());
+        }
+    }
+}

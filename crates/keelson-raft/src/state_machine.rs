@@ -1,0 +1,284 @@
+//! The openraft state machine: applies log entries to the MVCC store, tells local
+//! watchers what changed, and builds/installs streamed file snapshots.
+//!
+//! # Guarantees
+//! - The last applied log id and membership are written in the same engine batch as the
+//!   mutation they cover ([`MvccStore::apply`] takes them), so a restart never re-applies
+//!   an entry that already changed the state, nor skips one.
+//! - Watch notifications for an entry are published only after its effects are readable.
+//! - A snapshot is taken from one consistent engine view and streamed to a file; the whole
+//!   state is never materialised in memory, neither when building nor when installing.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::{Stream, TryStreamExt};
+use keelson_mvcc::{Event, KvBackend, MvccStore, Revision};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+use tokio::sync::{broadcast, watch};
+
+use crate::snapshot_file::{SnapshotFile, SnapshotReader, SnapshotWriter};
+use crate::types::{ApplyOutcome, KeelsonRaft, LogId, SnapshotMeta, StoredMembership};
+
+type Snapshot = openraft::alias::SnapshotOf<KeelsonRaft, SnapshotFile>;
+
+/// What one applied entry changed, as local watchers see it.
+#[derive(Debug, Clone)]
+pub enum AppliedChange {
+    /// Events of one mutating transaction, all at `revision`.
+    Events { revision: Revision, events: Vec<Event> },
+    /// The state was replaced by a snapshot at `revision`; watchers must re-read history.
+    Reset { revision: Revision },
+}
+
+/// How far this replica's state machine has applied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AppliedPosition {
+    /// Raft log index of the last applied entry (0 = none).
+    pub log_index: u64,
+    /// Store revision after it.
+    pub revision: Revision,
+}
+
+/// Shared handles for readers and watchers of the local state machine.
+#[derive(Clone)]
+pub struct StateHandle<B: KvBackend> {
+    pub store: Arc<MvccStore<B>>,
+    changes: broadcast::Sender<Arc<AppliedChange>>,
+    applied: watch::Receiver<AppliedPosition>,
+}
+
+impl<B: KvBackend> StateHandle<B> {
+    /// Subscribes to changes applied from now on. A subscriber that falls more than the
+    /// channel capacity behind gets `Lagged` and must resume from the store's history.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<AppliedChange>> {
+        self.changes.subscribe()
+    }
+
+    pub fn applied(&self) -> AppliedPosition {
+        *self.applied.borrow()
+    }
+
+    /// Waits until the state machine has applied log index `index`.
+    pub async fn wait_applied(&self, index: u64) -> Result<AppliedPosition, crate::RaftLayerError> {
+        let mut rx = self.applied.clone();
+        let pos = rx
+            .wait_for(|p| p.log_index >= index)
+            .await
+            .map_err(|_| crate::RaftLayerError::Shutdown)?;
+        Ok(*pos)
+    }
+}
+
+/// Capacity of the change broadcast: how many applied transactions a watcher may lag
+/// before it is cut off (it then catches up from history or gets a recoverable error).
+pub const CHANGE_CHANNEL_CAPACITY: usize = 16 * 1024;
+
+/// The Raft state machine over an MVCC store.
+pub struct KeelsonStateMachine<B: KvBackend> {
+    store: Arc<MvccStore<B>>,
+    snapshot_dir: PathBuf,
+    last_applied: Option<LogId>,
+    last_membership: StoredMembership,
+    changes: broadcast::Sender<Arc<AppliedChange>>,
+    applied: watch::Sender<AppliedPosition>,
+}
+
+impl<B: KvBackend> KeelsonStateMachine<B> {
+    /// Opens the state machine over `store`; snapshots live in `snapshot_dir`.
+    pub fn open(store: MvccStore<B>, snapshot_dir: &Path) -> Result<(Self, StateHandle<B>), io::Error> {
+        std::fs::create_dir_all(snapshot_dir)?;
+        let store = Arc::new(store);
+        let (last_applied, last_membership) = decode_applied(store.applied().map_err(io::Error::other)?)?;
+        let (changes, _) = broadcast::channel(CHANGE_CHANNEL_CAPACITY);
+        let position = AppliedPosition {
+            log_index: last_applied.as_ref().map(|l| l.index).unwrap_or(0),
+            revision: store.current_revision(),
+        };
+        let (applied, applied_rx) = watch::channel(position);
+        let handle = StateHandle { store: store.clone(), changes: changes.clone(), applied: applied_rx };
+        let sm = Self {
+            store,
+            snapshot_dir: snapshot_dir.to_path_buf(),
+            last_applied,
+            last_membership,
+            changes,
+            applied,
+        };
+        Ok((sm, handle))
+    }
+
+    fn applied_bytes(&self) -> Result<Vec<u8>, io::Error> {
+        postcard::to_stdvec(&(&self.last_applied, &self.last_membership)).map_err(io::Error::other)
+    }
+
+    fn publish_position(&self) {
+        let log_index = self.last_applied.as_ref().map(|l| l.index).unwrap_or(0);
+        let revision = self.store.current_revision();
+        self.applied.send_replace(AppliedPosition { log_index, revision });
+    }
+}
+
+fn decode_applied(bytes: Option<Vec<u8>>) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+    match bytes {
+        None => Ok((None, StoredMembership::default())),
+        Some(b) => postcard::from_bytes(&b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+    }
+}
+
+impl<B: KvBackend> RaftStateMachine<KeelsonRaft> for KeelsonStateMachine<B> {
+    type SnapshotData = SnapshotFile;
+    type SnapshotBuilder = KeelsonSnapshotBuilder<B>;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        Ok((self.last_applied, self.last_membership.clone()))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: Stream<Item = Result<EntryResponder<KeelsonRaft>, io::Error>> + Unpin + OptionalSend,
+    {
+        while let Some((entry, responder)) = entries.try_next().await? {
+            self.last_applied = Some(entry.log_id);
+            let response = match entry.payload {
+                EntryPayload::Blank => {
+                    self.store.set_applied(&self.applied_bytes()?).map_err(io::Error::other)?;
+                    None
+                }
+                EntryPayload::Membership(m) => {
+                    self.last_membership = StoredMembership::new(Some(entry.log_id), m);
+                    self.store.set_applied(&self.applied_bytes()?).map_err(io::Error::other)?;
+                    None
+                }
+                EntryPayload::Normal(cmd) => {
+                    let applied = self
+                        .store
+                        .apply(cmd.command(), &self.applied_bytes()?)
+                        .map_err(io::Error::other)?;
+                    if !applied.events.is_empty() {
+                        // No receiver is fine: nobody watches.
+                        let _ = self.changes.send(Arc::new(AppliedChange::Events {
+                            revision: applied.revision,
+                            events: applied.events,
+                        }));
+                    }
+                    Some(applied.response)
+                }
+            };
+            self.publish_position();
+            if let Some(responder) = responder {
+                responder.send(ApplyOutcome { revision: self.store.current_revision(), response });
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        KeelsonSnapshotBuilder { store: self.store.clone(), dir: self.snapshot_dir.clone() }
+    }
+
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: SnapshotFile) -> Result<(), io::Error> {
+        let store = self.store.clone();
+        let dir = self.snapshot_dir.clone();
+        let meta = meta.clone();
+        let applied = postcard::to_stdvec(&(&meta.last_log_id, &meta.last_membership)).map_err(io::Error::other)?;
+        let installed_meta = meta.clone();
+        tokio::task::spawn_blocking(move || -> Result<(), io::Error> {
+            let (file_meta, mut reader) = SnapshotReader::open(&snapshot.path)?;
+            if file_meta.last_log_id != meta.last_log_id {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "snapshot file does not match the snapshot meta it was sent with",
+                ));
+            }
+            store.import(&mut reader).map_err(io::Error::other)?;
+            store.set_applied(&applied).map_err(io::Error::other)?;
+            store.backend().sync().map_err(io::Error::other)?;
+            keep_as_current(&dir, &snapshot.path, &meta).map(|_| ())
+        })
+        .await
+        .map_err(io::Error::other)??;
+        self.last_applied = installed_meta.last_log_id;
+        self.last_membership = installed_meta.last_membership;
+        let _ = self.changes.send(Arc::new(AppliedChange::Reset { revision: self.store.current_revision() }));
+        self.publish_position();
+        tracing::info!(last_log_id = ?self.last_applied, revision = self.store.current_revision(), "installed snapshot");
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
+        let dir = self.snapshot_dir.clone();
+        tokio::task::spawn_blocking(move || current_snapshot(&dir)).await.map_err(io::Error::other)?
+    }
+}
+
+/// Builds snapshots from a consistent view of the store while the state machine goes on.
+pub struct KeelsonSnapshotBuilder<B: KvBackend> {
+    store: Arc<MvccStore<B>>,
+    dir: PathBuf,
+}
+
+impl<B: KvBackend> RaftSnapshotBuilder<KeelsonRaft> for KeelsonSnapshotBuilder<B> {
+    type SnapshotData = SnapshotFile;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let store = self.store.clone();
+        let dir = self.dir.clone();
+        tokio::task::spawn_blocking(move || build_snapshot_blocking(&store, &dir))
+            .await
+            .map_err(io::Error::other)?
+    }
+}
+
+fn build_snapshot_blocking<B: KvBackend>(store: &MvccStore<B>, dir: &Path) -> Result<Snapshot, io::Error> {
+    // The snapshot lets Raft purge the log it covers, so what it covers must be durable.
+    store.backend().sync().map_err(io::Error::other)?;
+    let tmp = dir.join(format!("building-{}.tmp", std::process::id()));
+    let mut writer = SnapshotWriter::create(&tmp)?;
+    let applied = store.export(&mut |k: &[u8], v: &[u8]| writer.record(k, v)).map_err(io::Error::other)?;
+    let (last_log_id, last_membership) = decode_applied(applied)?;
+    let meta = SnapshotMeta { last_log_id, last_membership };
+    writer.finish(&meta)?;
+    let path = keep_as_current(dir, &tmp, &meta)?;
+    tracing::info!(?last_log_id, path = %path.display(), "built snapshot");
+    Ok(Snapshot { meta, snapshot: SnapshotFile { path } })
+}
+
+fn snapshot_name(meta: &SnapshotMeta) -> String {
+    match &meta.last_log_id {
+        Some(l) => format!("snapshot-{:020}-{:020}.snap", l.leader_id.term, l.index),
+        None => "snapshot-empty.snap".to_string(),
+    }
+}
+
+/// Moves `file` into `dir` as the current snapshot and removes older ones.
+fn keep_as_current(dir: &Path, file: &Path, meta: &SnapshotMeta) -> io::Result<PathBuf> {
+    let target = dir.join(snapshot_name(meta));
+    if file != target {
+        std::fs::rename(file, &target)?;
+    }
+    std::fs::File::open(dir)?.sync_all()?;
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let is_snap = path.extension().is_some_and(|e| e == "snap");
+        if is_snap && path != target {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    Ok(target)
+}
+
+fn current_snapshot(dir: &Path) -> Result<Option<Snapshot>, io::Error> {
+    let mut newest: Option<PathBuf> = None;
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "snap") && newest.as_ref().is_none_or(|n| path > *n) {
+            newest = Some(path);
+        }
+    }
+    let Some(path) = newest else { return Ok(None) };
+    let (meta, _) = SnapshotReader::open(&path)?;
+    Ok(Some(Snapshot { meta, snapshot: SnapshotFile { path } }))
+}

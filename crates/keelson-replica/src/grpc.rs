@@ -1,0 +1,101 @@
+//! The store and cluster gRPC services: decode, call [`Replica`], encode. Nothing else.
+
+use std::pin::Pin;
+
+use futures::Stream;
+use keelson_client::api::*;
+use keelson_mvcc::TxnRequest;
+use keelson_proto::v1::cluster_server::Cluster;
+use keelson_proto::v1::store_server::Store;
+use keelson_proto::v1::Envelope;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::replica::{validate_range, wire_encode, Replica, FORWARDED_HEADER};
+use crate::watch;
+
+fn decode<T: serde::de::DeserializeOwned>(req: &Request<Envelope>) -> Result<T, Status> {
+    postcard::from_bytes(&req.get_ref().payload).map_err(|e| Status::invalid_argument(format!("malformed request: {e}")))
+}
+
+fn reply<T: serde::Serialize>(res: Result<T, StoreError>) -> Result<Response<Envelope>, Status> {
+    wire_encode(&res).map(Response::new).map_err(|e| Status::internal(e.to_string()))
+}
+
+fn is_forwarded<T>(req: &Request<T>) -> bool {
+    req.metadata().get(FORWARDED_HEADER).is_some()
+}
+
+/// `keelson.v1.Store` over a replica.
+pub struct StoreService {
+    pub replica: Replica,
+    pub shutdown: CancellationToken,
+}
+
+#[tonic::async_trait]
+impl Store for StoreService {
+    #[tracing::instrument(name = "range", skip_all)]
+    async fn range(&self, req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
+        let call: RangeCall = decode(&req)?;
+        let res = match validate_range(&call.request) {
+            Ok(()) => self.replica.range(call).await,
+            Err(e) => Err(e),
+        };
+        reply(res)
+    }
+
+    #[tracing::instrument(name = "txn", skip_all)]
+    async fn txn(&self, req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
+        let forwarded = is_forwarded(&req);
+        let txn: TxnRequest = decode(&req)?;
+        reply(self.replica.txn(txn, forwarded).await)
+    }
+
+    #[tracing::instrument(name = "compact", skip_all)]
+    async fn compact(&self, req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
+        let forwarded = is_forwarded(&req);
+        let call: CompactCall = decode(&req)?;
+        reply(self.replica.compact(call.revision, forwarded).await)
+    }
+
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<Envelope, Status>> + Send + 'static>>;
+
+    async fn watch(&self, req: Request<Streaming<Envelope>>) -> Result<Response<Self::WatchStream>, Status> {
+        let (tx, rx) = tokio::sync::mpsc::channel(watch::STREAM_QUEUE);
+        tokio::spawn(watch::serve_stream(self.replica.clone(), req.into_inner(), tx, self.shutdown.clone()));
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
+    async fn read_index(&self, _req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
+        let res = self.replica.leader_read_index().await.map(|index| ReadIndexReply { index, leader_id: self.replica.id() });
+        reply(res)
+    }
+}
+
+/// `keelson.v1.Cluster` over a replica.
+pub struct ClusterService {
+    pub replica: Replica,
+}
+
+#[tonic::async_trait]
+impl Cluster for ClusterService {
+    async fn status(&self, _req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
+        reply(Ok(self.replica.status()))
+    }
+
+    async fn member_list(&self, _req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
+        reply(Ok(self.replica.members()))
+    }
+
+    async fn member_add(&self, req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
+        let forwarded = is_forwarded(&req);
+        let call: MemberAddCall = decode(&req)?;
+        reply(self.replica.member_add(call, forwarded).await)
+    }
+
+    async fn member_remove(&self, req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
+        let forwarded = is_forwarded(&req);
+        let call: MemberRemoveCall = decode(&req)?;
+        reply(self.replica.member_remove(call.id, forwarded).await)
+    }
+}

@@ -1,0 +1,25 @@
+//! One Keelson server replica.
+//!
+//! - [`server::start`] opens RocksDB (log + state), starts openraft and serves the Raft
+//!   transport, store and cluster gRPC services on one port;
+//! - [`Replica`] holds the operations every replica serves: writes (forwarded to the
+//!   leader), linearizable or serializable reads, watches, compaction, membership;
+//! - background tasks: batched ReadIndex, the leader's compactor, the metrics endpoint.
+//!
+//! Architecture invariant: every long-running task takes the replica's shutdown token.
+
+pub mod config;
+mod compactor;
+mod grpc;
+pub mod identity;
+pub mod metrics;
+mod read_index;
+mod replica;
+pub mod server;
+mod stats;
+mod watch;
+
+pub use config::{Bootstrap, CompactionPolicy, ReplicaConfig};
+pub use keelson_raft::LogRetention;
+pub use replica::Replica;
+pub use server::{start, RunningReplica, StartError};

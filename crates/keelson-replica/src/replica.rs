@@ -1,0 +1,457 @@
+//! [`Replica`]: the store operations every replica serves, whatever its Raft role.
+//!
+//! # Guarantees
+//! - Writes go through the Raft leader. A follower forwards them; the caller never needs
+//!   to know who leads. A write is acknowledged only once committed and applied.
+//! - Linearizable reads on any replica: the replica obtains a read index confirmed by the
+//!   leader (ReadIndex, batched so one round trip serves every read waiting for it), waits
+//!   until it has applied that far, then reads its own state.
+//! - When the outcome of a write is unknown (the leader changed or the forward broke off
+//!   after the entry may have been appended) the error says so instead of retrying.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keelson_client::api::*;
+use keelson_mvcc::{Command, CommandResponse, MvccError, RangeRequest, RejectReason, Revision, TxnRequest};
+use keelson_proto::v1::cluster_client::ClusterClient;
+use keelson_proto::v1::store_client::StoreClient as GrpcStore;
+use keelson_raft::{KeelsonRaftNode, LogCommand, MemberNode, NodeId, StateHandle};
+use keelson_rocks::RocksBackend;
+use openraft::async_runtime::WatchReceiver;
+use openraft::{ChangeMembers, ServerState};
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+use crate::read_index::ReadIndexBatcher;
+use crate::stats::ReplicaStats;
+
+/// How long a request waits for a leader (elections take about a second).
+pub const LEADER_WAIT: Duration = Duration::from_secs(5);
+
+/// gRPC metadata key marking a request another replica forwarded (never forwarded twice).
+pub const FORWARDED_HEADER: &str = "x-keelson-forwarded";
+
+/// A running replica's store operations. Cheap to clone.
+#[derive(Clone)]
+pub struct Replica {
+    pub(crate) inner: Arc<ReplicaInner>,
+}
+
+pub(crate) struct ReplicaInner {
+    pub id: NodeId,
+    pub name: String,
+    pub addr: String,
+    pub raft: KeelsonRaftNode<RocksBackend>,
+    pub state: StateHandle<RocksBackend>,
+    pub read_index: ReadIndexBatcher,
+    pub peers: PeerChannels,
+    pub stats: ReplicaStats,
+}
+
+/// Cached gRPC channels to other replicas, by address.
+#[derive(Default)]
+pub(crate) struct PeerChannels {
+    chans: std::sync::Mutex<std::collections::HashMap<String, Channel>>,
+}
+
+impl PeerChannels {
+    pub fn get(&self, addr: &str) -> Result<Channel, StoreError> {
+        let mut chans = self.chans.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ch) = chans.get(addr) {
+            return Ok(ch.clone());
+        }
+        let ch = keelson_raft::network::channel(addr).map_err(|e| StoreError::Unavailable(format!("{addr}: {e}")))?;
+        chans.insert(addr.to_string(), ch.clone());
+        Ok(ch)
+    }
+}
+
+impl Replica {
+    pub fn id(&self) -> NodeId {
+        self.inner.id
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The `host:port` this replica's services are reachable at.
+    pub fn addr(&self) -> &str {
+        &self.inner.addr
+    }
+
+    pub fn raft(&self) -> &KeelsonRaftNode<RocksBackend> {
+        &self.inner.raft
+    }
+
+    pub fn state(&self) -> &StateHandle<RocksBackend> {
+        &self.inner.state
+    }
+
+    pub(crate) fn stats(&self) -> &ReplicaStats {
+        &self.inner.stats
+    }
+
+    pub fn header(&self, revision: Revision) -> ResponseHeader {
+        ResponseHeader { member_id: self.inner.id, revision, raft_term: self.inner.raft.metrics().borrow_watched().current_term }
+    }
+
+    /// The leader as this replica knows it: id and address.
+    pub fn leader(&self) -> Option<(NodeId, String)> {
+        let m = self.inner.raft.metrics();
+        let m = m.borrow_watched();
+        let id = m.current_leader?;
+        let node = m.membership_config.membership().get_node(&id)?;
+        Some((id, node.raft_addr.clone()))
+    }
+
+    fn is_leader(&self) -> bool {
+        self.inner.raft.metrics().borrow_watched().state == ServerState::Leader
+    }
+
+    /// Waits (up to `deadline`) for a leader other than this replica to be known.
+    async fn remote_leader(&self, deadline: Instant) -> Result<Option<(NodeId, String)>, StoreError> {
+        loop {
+            if self.is_leader() {
+                return Ok(None);
+            }
+            if let Some((id, addr)) = self.leader() {
+                if id != self.inner.id {
+                    return Ok(Some((id, addr)));
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(StoreError::NoLeader("no leader elected in time".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    // ---- reads ----
+
+    /// Makes the next local read linearizable: waits until this replica has applied
+    /// everything committed before the call.
+    pub async fn linearize(&self) -> Result<(), StoreError> {
+        let index = self.inner.read_index.read_index().await?;
+        tokio::time::timeout(LEADER_WAIT, self.inner.state.wait_applied(index))
+            .await
+            .map_err(|_| StoreError::Unavailable(format!("replica did not apply up to read index {index} in time")))?
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Confirms leadership and returns the index a linearizable read must wait for.
+    /// Leader only; on a follower it returns [`StoreError::NotLeader`].
+    pub async fn leader_read_index(&self) -> Result<u64, StoreError> {
+        match self.inner.raft.get_read_linearizer(openraft::ReadPolicy::ReadIndex).await {
+            Ok(lin) => Ok(lin.read_log_id().index()),
+            Err(e) => match e.forward_to_leader() {
+                Some(f) => Err(StoreError::NotLeader { leader: f.leader_id }),
+                None => Err(StoreError::NoLeader(e.to_string())),
+            },
+        }
+    }
+
+    /// Fetches a read index from wherever the leader is (used by the batcher).
+    pub(crate) async fn fetch_read_index(&self) -> Result<u64, StoreError> {
+        let deadline = Instant::now() + LEADER_WAIT;
+        loop {
+            let attempt = match self.remote_leader(deadline).await? {
+                None => self.leader_read_index().await,
+                Some((_, addr)) => {
+                    let ch = self.inner.peers.get(&addr)?;
+                    let env = wire_encode(&())?;
+                    match GrpcStore::new(ch).read_index(env).await {
+                        Ok(resp) => wire_decode::<Result<ReadIndexReply, StoreError>>(resp.get_ref())?.map(|r| r.index),
+                        Err(s) => Err(StoreError::Unavailable(format!("leader {addr}: {}", s.message()))),
+                    }
+                }
+            };
+            match attempt {
+                Ok(i) => return Ok(i),
+                Err(e) if Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "read index attempt failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Reads a range with the requested consistency.
+    pub async fn range(&self, call: RangeCall) -> Result<RangeReply, StoreError> {
+        if call.consistency == ReadConsistency::Linearizable {
+            self.linearize().await?;
+        }
+        self.inner.stats.reads.inc();
+        let (response, revision) = self.inner.state.store.range(&call.request).map_err(mvcc_error)?;
+        Ok(RangeReply { header: self.header(revision), response })
+    }
+
+    /// A linearizable read of the current revision.
+    pub async fn current_revision(&self) -> Result<Revision, StoreError> {
+        self.linearize().await?;
+        Ok(self.inner.state.store.current_revision())
+    }
+
+    // ---- writes ----
+
+    /// Runs a transaction through the leader.
+    pub async fn txn(&self, request: TxnRequest, forwarded: bool) -> Result<TxnReply, StoreError> {
+        let (revision, resp) = self.propose(Command::Txn(request), forwarded).await?;
+        match resp {
+            CommandResponse::Txn(response) => Ok(TxnReply { header: self.header(revision), response }),
+            CommandResponse::Rejected(r) => Err(reject_error(r)),
+            CommandResponse::Compacted { .. } => Err(StoreError::Unavailable("unexpected compaction reply".into())),
+        }
+    }
+
+    /// Compacts history up to `revision` on every replica.
+    pub async fn compact(&self, revision: Revision, forwarded: bool) -> Result<ResponseHeader, StoreError> {
+        let (rev, resp) = self.propose(Command::Compact { revision }, forwarded).await?;
+        match resp {
+            CommandResponse::Compacted { .. } | CommandResponse::Txn(_) => Ok(self.header(rev)),
+            CommandResponse::Rejected(r) => Err(reject_error(r)),
+        }
+    }
+
+    async fn propose(&self, cmd: Command, forwarded: bool) -> Result<(Revision, CommandResponse), StoreError> {
+        let deadline = Instant::now() + LEADER_WAIT;
+        loop {
+            match self.inner.raft.client_write(LogCommand::V1(cmd.clone())).await {
+                Ok(resp) => {
+                    self.inner.stats.writes.inc();
+                    let out = resp.data;
+                    let reply = out.response.ok_or_else(|| StoreError::Unavailable("entry applied without a reply".into()))?;
+                    return Ok((out.revision, reply));
+                }
+                Err(e) => {
+                    use openraft::errors::ClientWriteError as W;
+                    match e.api_error() {
+                        Some(W::ForwardToLeader(f)) => {
+                            // Rejected before it was appended: safe to send elsewhere.
+                            let leader = f.leader_id.zip(f.leader_node.clone());
+                            if let Some((id, node)) = leader.filter(|(id, _)| *id != self.inner.id) {
+                                if forwarded {
+                                    return Err(StoreError::NotLeader { leader: Some(id) });
+                                }
+                                match self.forward(cmd.clone(), &node.raft_addr).await {
+                                    // The leader we knew is gone and the request never left:
+                                    // wait for the next leader.
+                                    Err(Forward::NeverSent(e)) if Instant::now() < deadline => {
+                                        tracing::debug!(error = %e, "leader unreachable; waiting for a new one");
+                                    }
+                                    Err(Forward::NeverSent(e)) | Err(Forward::Failed(e)) => return Err(e),
+                                    Ok(r) => return Ok(r),
+                                }
+                            }
+                        }
+                        Some(W::LogEntryDiscarded(_)) => {
+                            return Err(StoreError::Unavailable(
+                                "leader changed while the write was in flight; outcome unknown".into(),
+                            ))
+                        }
+                        _ => return Err(StoreError::Unavailable(e.to_string())),
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(StoreError::NoLeader("no leader elected in time".into()));
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+
+    async fn forward(&self, cmd: Command, addr: &str) -> Result<(Revision, CommandResponse), Forward> {
+        self.inner.stats.forwarded.inc();
+        let ch = self.inner.peers.get(addr).map_err(Forward::Failed)?;
+        let mut client = GrpcStore::new(ch);
+        let unknown = |s: tonic::Status| {
+            if never_sent(&s) {
+                Forward::NeverSent(StoreError::NoLeader(format!("leader {addr} unreachable: {}", s.message())))
+            } else {
+                Forward::Failed(StoreError::Unavailable(format!(
+                    "forwarding to leader {addr} failed, outcome unknown: {}",
+                    s.message()
+                )))
+            }
+        };
+        match cmd {
+            Command::Txn(t) => {
+                let resp = client.txn(forwarded_request(wire_encode(&t).map_err(Forward::Failed)?)).await.map_err(unknown)?;
+                let reply: TxnReply = wire_decode::<Result<TxnReply, StoreError>>(resp.get_ref())
+                    .map_err(Forward::Failed)?
+                    .map_err(Forward::Failed)?;
+                Ok((reply.header.revision, CommandResponse::Txn(reply.response)))
+            }
+            Command::Compact { revision } => {
+                let call = wire_encode(&CompactCall { revision }).map_err(Forward::Failed)?;
+                let resp = client.compact(forwarded_request(call)).await.map_err(unknown)?;
+                let header: ResponseHeader = wire_decode::<Result<ResponseHeader, StoreError>>(resp.get_ref())
+                    .map_err(Forward::Failed)?
+                    .map_err(Forward::Failed)?;
+                Ok((header.revision, CommandResponse::Compacted { revision }))
+            }
+        }
+    }
+
+    // ---- membership ----
+
+    pub fn members(&self) -> MemberListReply {
+        let m = self.inner.raft.metrics();
+        let m = m.borrow_watched();
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let members = membership
+            .nodes()
+            .map(|(id, n)| MemberInfo { id: *id, name: n.name.clone(), addr: n.raft_addr.clone(), voter: voters.contains(id) })
+            .collect();
+        MemberListReply { leader: m.current_leader, members }
+    }
+
+    /// Adds a member: first as a learner that catches up (from the log or a snapshot),
+    /// then as a voter. Runs on the leader; forwarded there from any replica.
+    pub async fn member_add(&self, call: MemberAddCall, forwarded: bool) -> Result<MemberListReply, StoreError> {
+        if let Some((_, addr)) = self.remote_leader(Instant::now() + LEADER_WAIT).await? {
+            if forwarded {
+                return Err(StoreError::NotLeader { leader: self.leader().map(|l| l.0) });
+            }
+            return self.forward_cluster(&addr, async |mut c, env| c.member_add(env).await, &call).await;
+        }
+        let node = MemberNode { name: call.name.clone(), raft_addr: call.addr.clone() };
+        tracing::info!(id = call.id, name = %call.name, addr = %call.addr, "adding member as learner");
+        self.inner.raft.add_learner(call.id, node, true).await.map_err(|e| StoreError::Membership(e.to_string()))?;
+        tracing::info!(id = call.id, "promoting member to voter");
+        self.inner
+            .raft
+            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([call.id])), false)
+            .await
+            .map_err(|e| StoreError::Membership(e.to_string()))?;
+        Ok(self.members())
+    }
+
+    /// Removes a member (voter or learner) from the cluster.
+    pub async fn member_remove(&self, id: NodeId, forwarded: bool) -> Result<MemberListReply, StoreError> {
+        if let Some((_, addr)) = self.remote_leader(Instant::now() + LEADER_WAIT).await? {
+            if forwarded {
+                return Err(StoreError::NotLeader { leader: self.leader().map(|l| l.0) });
+            }
+            return self
+                .forward_cluster(&addr, async |mut c, env| c.member_remove(env).await, &MemberRemoveCall { id })
+                .await;
+        }
+        let members = self.members();
+        let Some(target) = members.members.iter().find(|m| m.id == id) else {
+            return Err(StoreError::Membership(format!("no member with id {id:x}")));
+        };
+        let change = if target.voter {
+            ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+        } else {
+            ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+        };
+        tracing::info!(id, "removing member");
+        self.inner.raft.change_membership(change, false).await.map_err(|e| StoreError::Membership(e.to_string()))?;
+        Ok(self.members())
+    }
+
+    async fn forward_cluster<Req: serde::Serialize>(
+        &self,
+        addr: &str,
+        call: impl AsyncFnOnce(ClusterClient<Channel>, tonic::Request<keelson_proto::v1::Envelope>) -> Result<tonic::Response<keelson_proto::v1::Envelope>, tonic::Status>,
+        req: &Req,
+    ) -> Result<MemberListReply, StoreError> {
+        let ch = self.inner.peers.get(addr)?;
+        let resp = call(ClusterClient::new(ch), forwarded_request(wire_encode(req)?))
+            .await
+            .map_err(|s| StoreError::Unavailable(format!("leader {addr}: {}", s.message())))?;
+        wire_decode::<Result<MemberListReply, StoreError>>(resp.get_ref())?
+    }
+
+    /// This replica's own status.
+    pub fn status(&self) -> MemberStatus {
+        let m = self.inner.raft.metrics();
+        let m = m.borrow_watched().clone();
+        let role = match m.state {
+            ServerState::Leader => "leader",
+            ServerState::Follower => "follower",
+            ServerState::Candidate => "candidate",
+            ServerState::Learner => "learner",
+            ServerState::Shutdown => "shutdown",
+        };
+        MemberStatus {
+            id: self.inner.id,
+            name: self.inner.name.clone(),
+            addr: self.inner.addr.clone(),
+            role: role.to_string(),
+            term: m.current_term,
+            leader: m.current_leader,
+            last_log_index: m.last_log_index.unwrap_or(0),
+            committed_index: m.local_committed.map(|l| l.index).unwrap_or(0),
+            applied_index: m.last_applied.map(|l| l.index).unwrap_or(0),
+            snapshot_index: m.snapshot.map(|l| l.index).unwrap_or(0),
+            purged_index: m.purged.map(|l| l.index).unwrap_or(0),
+            revision: self.inner.state.store.current_revision(),
+            compacted_revision: self.inner.state.store.compacted_revision(),
+            members: self.members().members,
+        }
+    }
+}
+
+/// How forwarding a write to the leader failed.
+enum Forward {
+    /// The connection could not be made: the leader never saw the request.
+    NeverSent(StoreError),
+    /// Anything else; the outcome may be unknown.
+    Failed(StoreError),
+}
+
+/// True when a call failed before anything was sent: the channel could not connect.
+/// (tonic reports that as `Unavailable` with a connect error message.)
+fn never_sent(s: &tonic::Status) -> bool {
+    s.code() == tonic::Code::Unavailable && s.message().contains("connect")
+}
+
+pub(crate) fn forwarded_request<T>(msg: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.metadata_mut().insert(FORWARDED_HEADER, tonic::metadata::MetadataValue::from_static("1"));
+    req
+}
+
+pub(crate) fn wire_encode<T: serde::Serialize>(msg: &T) -> Result<keelson_proto::v1::Envelope, StoreError> {
+    postcard::to_stdvec(msg)
+        .map(|payload| keelson_proto::v1::Envelope { payload })
+        .map_err(|e| StoreError::Unavailable(format!("encode: {e}")))
+}
+
+pub(crate) fn wire_decode<T: serde::de::DeserializeOwned>(env: &keelson_proto::v1::Envelope) -> Result<T, StoreError> {
+    postcard::from_bytes(&env.payload).map_err(|e| StoreError::Unavailable(format!("malformed reply from peer: {e}")))
+}
+
+pub(crate) fn mvcc_error(e: MvccError) -> StoreError {
+    match e {
+        MvccError::Compacted { compacted, .. } => StoreError::Compacted { compacted },
+        MvccError::FutureRevision { current, .. } => StoreError::FutureRevision { current },
+        other => StoreError::Unavailable(other.to_string()),
+    }
+}
+
+fn reject_error(r: RejectReason) -> StoreError {
+    match r {
+        RejectReason::Compacted { compacted } => StoreError::Compacted { compacted },
+        RejectReason::FutureRevision { current } => StoreError::FutureRevision { current },
+        RejectReason::InvalidTxn(m) => StoreError::InvalidRequest(m),
+    }
+}
+
+/// Keeps only what a `RangeRequest` needs to be valid.
+pub(crate) fn validate_range(req: &RangeRequest) -> Result<(), StoreError> {
+    if req.revision < 0 {
+        return Err(StoreError::InvalidRequest("negative revision".into()));
+    }
+    if !req.range.range_end.is_empty() && req.range.range_end != [0] && req.range.range_end <= req.range.key {
+        return Err(StoreError::InvalidRequest("range_end must be greater than key".into()));
+    }
+    Ok(())
+}

@@ -1,0 +1,192 @@
+//! Starting and stopping a replica: storage, Raft, services, background tasks.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keelson_client::api::MemberAddCall;
+use keelson_client::StoreClient;
+use keelson_mvcc::MvccStore;
+use keelson_proto::v1::cluster_server::ClusterServer;
+use keelson_proto::v1::raft_transport_server::RaftTransportServer;
+use keelson_proto::v1::store_server::StoreServer;
+use keelson_raft::network::GrpcNetworkFactory;
+use keelson_raft::transport_service::RaftTransportService;
+use keelson_raft::{KeelsonStateMachine, MemberNode};
+use keelson_rocks::{open_db, RocksBackend, RocksLogStore};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Bootstrap, ReplicaConfig};
+use crate::grpc::{ClusterService, StoreService};
+use crate::identity;
+use crate::read_index::{self, ReadIndexBatcher};
+use crate::replica::{PeerChannels, Replica, ReplicaInner};
+use crate::stats::ReplicaStats;
+
+/// Why a replica could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("data directory {path}: {source}")]
+    DataDir { path: String, #[source] source: std::io::Error },
+    #[error("opening storage: {0}")]
+    Storage(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: String, #[source] source: std::io::Error },
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("{0}")]
+    Bootstrap(String),
+}
+
+/// A started replica; dropping it does not stop it, [`RunningReplica::shutdown`] does.
+pub struct RunningReplica {
+    pub replica: Replica,
+    shutdown: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+    /// Where `/metrics` is served, if enabled.
+    pub metrics_addr: Option<std::net::SocketAddr>,
+}
+
+impl RunningReplica {
+    /// A token that is cancelled when the replica shuts down.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Stops serving, stops Raft and waits for background tasks.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        if let Err(e) = self.replica.raft().shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}
+
+/// Starts a replica as configured. Returns once it serves; joining a cluster continues in
+/// the background (watch `keelson status`).
+pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
+    let dir_err = |source| StartError::DataDir { path: cfg.data_dir.display().to_string(), source };
+    std::fs::create_dir_all(&cfg.data_dir).map_err(dir_err)?;
+    let (ident, fresh) = identity::load_or_create(&cfg.data_dir, &cfg.name).map_err(dir_err)?;
+    if !fresh && cfg.bootstrap == Bootstrap::Resume {
+        tracing::info!(id = ident.id, name = %ident.name, "resuming replica");
+    } else if fresh && cfg.bootstrap == Bootstrap::Resume {
+        return Err(StartError::Bootstrap(format!(
+            "{} holds no replica; start with --cluster-init or --join",
+            cfg.data_dir.display()
+        )));
+    }
+
+    let db = open_db(&cfg.data_dir.join("db")).map_err(|e| StartError::Storage(e.to_string()))?;
+    let log_store = RocksLogStore::new(db.clone()).map_err(|e| StartError::Storage(e.to_string()))?;
+    let store = MvccStore::open(RocksBackend::new(db, "state")).map_err(|e| StartError::Storage(e.to_string()))?;
+    let (sm, state) =
+        KeelsonStateMachine::open(store, &cfg.data_dir.join("snapshots")).map_err(|e| StartError::Storage(e.to_string()))?;
+
+    let listener = tokio::net::TcpListener::bind(cfg.listen_addr)
+        .await
+        .map_err(|source| StartError::Listen { addr: cfg.listen_addr.to_string(), source })?;
+    let bound = listener.local_addr().map_err(|source| StartError::Listen { addr: cfg.listen_addr.to_string(), source })?;
+    let addr = cfg.advertise_addr.clone().unwrap_or_else(|| bound.to_string());
+
+    let raft_config = Arc::new(
+        keelson_raft::default_config(&cfg.cluster_name, cfg.log_retention).validate().map_err(|e| StartError::Raft(e.to_string()))?,
+    );
+    let raft = openraft::Raft::new(ident.id, raft_config, GrpcNetworkFactory, log_store, sm)
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+
+    let shutdown = CancellationToken::new();
+    let (read_index, read_index_rx) = ReadIndexBatcher::new();
+    let replica = Replica {
+        inner: Arc::new(ReplicaInner {
+            id: ident.id,
+            name: ident.name.clone(),
+            addr: addr.clone(),
+            raft: raft.clone(),
+            state,
+            read_index,
+            peers: PeerChannels::default(),
+            stats: ReplicaStats::default(),
+        }),
+    };
+
+    let mut tasks = Vec::new();
+    let transport = RaftTransportService::new(raft.clone(), cfg.data_dir.join("snapshots").join("incoming"));
+    let grpc = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(
+            RaftTransportServer::new(transport).max_decoding_message_size(256 << 20).max_encoding_message_size(256 << 20),
+        )
+        .add_service(
+            StoreServer::new(StoreService { replica: replica.clone(), shutdown: shutdown.clone() })
+                .max_decoding_message_size(256 << 20)
+                .max_encoding_message_size(256 << 20),
+        )
+        .add_service(ClusterServer::new(ClusterService { replica: replica.clone() }));
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let token = shutdown.clone();
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = grpc.serve_with_incoming_shutdown(incoming, token.cancelled_owned()).await {
+            tracing::error!(error = %e, "gRPC server failed");
+        }
+    }));
+    tasks.push(tokio::spawn(read_index::run(replica.clone(), read_index_rx, shutdown.clone())));
+    tasks.push(tokio::spawn(crate::compactor::run(replica.clone(), cfg.compaction.clone(), shutdown.clone())));
+
+    let mut metrics_addr = None;
+    if let Some(m) = cfg.metrics_addr {
+        let l = tokio::net::TcpListener::bind(m).await.map_err(|source| StartError::Listen { addr: m.to_string(), source })?;
+        metrics_addr = l.local_addr().ok();
+        tasks.push(tokio::spawn(crate::metrics::serve(replica.clone(), l, shutdown.clone())));
+    }
+
+    let initialized = raft.is_initialized().await.map_err(|e| StartError::Raft(e.to_string()))?;
+    match (&cfg.bootstrap, initialized) {
+        (_, true) => tracing::info!(id = ident.id, %addr, "replica resumed"),
+        (Bootstrap::ClusterInit, false) => {
+            let node = MemberNode { name: ident.name.clone(), raft_addr: addr.clone() };
+            raft.initialize(BTreeMap::from([(ident.id, node)])).await.map_err(|e| StartError::Raft(e.to_string()))?;
+            tracing::info!(id = ident.id, %addr, "initialized new cluster");
+        }
+        (Bootstrap::Join(peer), false) => {
+            let call = MemberAddCall { id: ident.id, name: ident.name.clone(), addr: addr.clone() };
+            tasks.push(tokio::spawn(join(peer.clone(), call, shutdown.clone())));
+        }
+        (Bootstrap::Resume, false) => {
+            // Identity exists but Raft was never initialized: a join that never finished.
+            tracing::warn!("replica has an identity but no cluster; waiting to be added by a leader");
+        }
+    }
+    Ok(RunningReplica { replica, shutdown, tasks, metrics_addr })
+}
+
+/// Asks the cluster at `peer` to add this replica, retrying until it succeeds.
+async fn join(peer: String, call: MemberAddCall, shutdown: CancellationToken) {
+    let client = match StoreClient::new(&[peer.as_str()]) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot join");
+            return;
+        }
+    };
+    let mut delay = Duration::from_millis(200);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = client.member_add(call.clone()) => match r {
+                Ok(_) => {
+                    tracing::info!(%peer, "joined the cluster as a voter");
+                    return;
+                }
+                Err(e) => tracing::warn!(%peer, error = %e, "join attempt failed; retrying"),
+            }
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Starts or stops a 3-member etcd cluster on loopback, for side-by-side benchmarks.
+#   etcd-cluster.sh start DIR   -> prints the client endpoints (host:port) on stdout
+#   etcd-cluster.sh stop DIR
+# Needs Debian's etcd-server package (installed when missing and running as root).
+set -euo pipefail
+cmd=${1:?usage: etcd-cluster.sh start|stop DIR}
+dir=${2:?usage: etcd-cluster.sh start|stop DIR}
+base=${ETCD_BASE_PORT:-32379}
+
+etcd_bin=$(command -v etcd || true)
+if [ -z "$etcd_bin" ] && [ -x /usr/bin/etcd ]; then etcd_bin=/usr/bin/etcd; fi
+
+case "$cmd" in
+start)
+  if [ -z "$etcd_bin" ] || ! command -v etcdctl >/dev/null; then
+    if [ "$(id -u)" = 0 ]; then
+      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server etcd-client) >&2
+      etcd_bin=/usr/bin/etcd
+    else
+      echo "etcd is not installed (apt-get install etcd-server)" >&2; exit 1
+    fi
+  fi
+  mkdir -p "$dir"
+  cluster=""
+  for i in 1 2 3; do
+    cluster+="e$i=http://127.0.0.1:$((base + 10 * i + 1)),"
+  done
+  cluster=${cluster%,}
+  endpoints=()
+  for i in 1 2 3; do
+    cport=$((base + 10 * i)); pport=$((base + 10 * i + 1))
+    # Same durability as Keelson: fsync on every commit (etcd's default).
+    "$etcd_bin" --name "e$i" --data-dir "$dir/e$i" \
+      --listen-client-urls "http://127.0.0.1:$cport" --advertise-client-urls "http://127.0.0.1:$cport" \
+      --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+      --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token keelson-bench \
+      --quota-backend-bytes $((8 * 1024 * 1024 * 1024)) \
+      >"$dir/e$i.log" 2>&1 &
+    echo $! >"$dir/e$i.pid"
+    endpoints+=("127.0.0.1:$cport")
+  done
+  # Wait until a leader exists (a put succeeds).
+  for _ in $(seq 1 100); do
+    if ETCDCTL_API=3 etcdctl --endpoints="${endpoints[0]}" put /bench/ready 1 >/dev/null 2>&1; then
+      echo "${endpoints[*]}"
+      exit 0
+    fi
+    sleep 0.2
+  done
+  echo "etcd did not become ready; see $dir/e*.log" >&2
+  exit 1
+  ;;
+stop)
+  for f in "$dir"/e*.pid; do
+    [ -f "$f" ] || continue
+    kill "$(cat "$f")" 2>/dev/null || true
+  done
+  sleep 0.5
+  for f in "$dir"/e*.pid; do
+    [ -f "$f" ] || continue
+    kill -9 "$(cat "$f")" 2>/dev/null || true
+    rm -f "$f"
+  done
+  ;;
+*) echo "usage: etcd-cluster.sh start|stop DIR" >&2; exit 2 ;;
+esac
