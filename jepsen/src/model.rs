@@ -64,6 +64,25 @@ pub trait Model {
 
     /// Human-readable state for reports.
     fn describe_state(&self, state: &Self::State) -> String;
+
+    /// Given one key's compiled operations (`true` = indeterminate), says
+    /// which indeterminate ones may be dropped because no operation could
+    /// ever observe their effect. Must be sound: dropping an operation may
+    /// never turn a linearizable history into a non-linearizable one. The
+    /// default drops nothing.
+    fn unobservable(&self, ops: &[(&Self::Op, bool)]) -> Vec<bool> {
+        vec![false; ops.len()]
+    }
+
+    /// Given one key's compiled operations (`true` = indeterminate), lists
+    /// for each indeterminate operation the definite operations whose
+    /// results can only be explained if it took effect before them (e.g. a
+    /// read of a value only it wrote). The checker then requires it to take
+    /// effect before the earliest of their completions. Must be sound: the
+    /// constraint must hold in every linearization. The default lists none.
+    fn observers(&self, ops: &[(&Self::Op, bool)]) -> Vec<Vec<usize>> {
+        vec![Vec::new(); ops.len()]
+    }
 }
 
 /// A compiled compare-and-set register step.
@@ -127,6 +146,59 @@ impl Model for CasRegister {
 
     fn describe_state(&self, state: &Value) -> String {
         state.to_string()
+    }
+
+    /// An indeterminate write of `v` (or cas to `v`) is unobservable if no
+    /// read returns `v` and no cas expects `v`: in any linearization, the
+    /// next operation after it can then only be a write, which is legal in
+    /// any state, so removing it keeps the linearization valid.
+    fn unobservable(&self, ops: &[(&RegisterOp, bool)]) -> Vec<bool> {
+        let observed: std::collections::HashSet<&Value> = ops
+            .iter()
+            .filter_map(|(op, _)| match op {
+                RegisterOp::Read(v) | RegisterOp::Cas(v, _) => Some(v),
+                RegisterOp::Write(_) => None,
+            })
+            .collect();
+        ops.iter()
+            .map(|(op, indeterminate)| {
+                let installs = match op {
+                    RegisterOp::Write(v) | RegisterOp::Cas(_, v) => v,
+                    RegisterOp::Read(_) => return false,
+                };
+                *indeterminate && !observed.contains(&installs)
+            })
+            .collect()
+    }
+
+    /// If an indeterminate operation is the only one that installs `v`
+    /// (and `v` is not the initial nil), every completed read of `v` and
+    /// every completed cas from `v` needs it to have taken effect first.
+    fn observers(&self, ops: &[(&RegisterOp, bool)]) -> Vec<Vec<usize>> {
+        let installs = |op: &RegisterOp| match op {
+            RegisterOp::Write(v) | RegisterOp::Cas(_, v) => Some(v.clone()),
+            RegisterOp::Read(_) => None,
+        };
+        let mut producers: std::collections::HashMap<Value, usize> = std::collections::HashMap::new();
+        for (op, _) in ops {
+            if let Some(v) = installs(op) {
+                *producers.entry(v).or_default() += 1;
+            }
+        }
+        ops.iter()
+            .map(|(op, indeterminate)| {
+                let Some(v) = installs(op).filter(|v| *indeterminate && *v != Value::Nil && producers[v] == 1) else {
+                    return Vec::new();
+                };
+                ops.iter()
+                    .enumerate()
+                    .filter(|(_, (other, ind))| {
+                        !ind && matches!(other, RegisterOp::Read(r) | RegisterOp::Cas(r, _) if *r == v)
+                    })
+                    .map(|(i, _)| i)
+                    .collect()
+            })
+            .collect()
     }
 }
 
@@ -202,5 +274,71 @@ impl Model for KvMap {
 
     fn describe_state(&self, state: &String) -> String {
         format!("{state:?}")
+    }
+
+    /// An indeterminate put or append of a non-empty string `s` is
+    /// unobservable if no get returned a string containing `s`: every state
+    /// it influences contains `s` until the next put, so no get can follow
+    /// it before that put, and puts and appends are legal in any state.
+    fn unobservable(&self, ops: &[(&KvOp, bool)]) -> Vec<bool> {
+        let reads: Vec<&str> = ops
+            .iter()
+            .filter_map(|(op, _)| match op {
+                KvOp::Get(v) => Some(v.as_str()),
+                KvOp::Put(_) | KvOp::Append(_) => None,
+            })
+            .collect();
+        ops.iter()
+            .map(|(op, indeterminate)| match op {
+                KvOp::Put(s) | KvOp::Append(s) => {
+                    *indeterminate && !s.is_empty() && !reads.iter().any(|r| r.contains(s.as_str()))
+                }
+                KvOp::Get(_) => false,
+            })
+            .collect()
+    }
+
+    /// When every written string of the key is a self-delimiting token
+    /// (first characters of written strings occur in them only at the
+    /// start, last characters only at the end; Jepsen's `"x 4 0 y"`
+    /// values), any state is a sequence of whole tokens, so a get whose
+    /// result contains a token written by a single indeterminate operation
+    /// needs that operation to have taken effect first.
+    fn observers(&self, ops: &[(&KvOp, bool)]) -> Vec<Vec<usize>> {
+        let mut none = vec![Vec::new(); ops.len()];
+        let written: Vec<&str> = ops
+            .iter()
+            .filter_map(|(op, _)| match op {
+                KvOp::Put(v) | KvOp::Append(v) => Some(v.as_str()),
+                KvOp::Get(_) => None,
+            })
+            .collect();
+        let firsts: std::collections::HashSet<char> = written.iter().filter_map(|w| w.chars().next()).collect();
+        let lasts: std::collections::HashSet<char> = written.iter().filter_map(|w| w.chars().last()).collect();
+        let self_delimiting = written.iter().all(|w| {
+            let n = w.chars().count();
+            n > 0
+                && w.chars().enumerate().all(|(i, c)| (i == 0 || !firsts.contains(&c)) && (i + 1 == n || !lasts.contains(&c)))
+        });
+        if !self_delimiting {
+            return none;
+        }
+        let mut count: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for w in &written {
+            *count.entry(w).or_default() += 1;
+        }
+        for (i, (op, indeterminate)) in ops.iter().enumerate() {
+            let (KvOp::Put(v) | KvOp::Append(v)) = op else { continue };
+            if !indeterminate || count[v.as_str()] != 1 {
+                continue;
+            }
+            none[i] = ops
+                .iter()
+                .enumerate()
+                .filter(|(_, (other, ind))| !ind && matches!(other, KvOp::Get(r) if r.contains(v.as_str())))
+                .map(|(j, _)| j)
+                .collect();
+        }
+        none
     }
 }

@@ -124,13 +124,13 @@ impl Sim {
                 let from = if self.rng.gen_bool(0.5) { current } else { self.value() };
                 (Function::Cas, Value::pair(from, self.value()))
             }
-            (SynthModel::Kv, 0..=3) => (Function::Get, Value::Nil),
-            (SynthModel::Kv, 4..=5) => {
+            (SynthModel::Kv, 0..=4) => (Function::Get, Value::Nil),
+            (SynthModel::Kv, 5) => {
                 let n = match self.value() {
                     Value::Int(n) => n,
                     _ => 0,
                 };
-                (Function::Put, Value::Str(format!("={n}=")))
+                (Function::Put, Value::Str(format!("({n})")))
             }
             (SynthModel::Kv, _) => {
                 let n = self.fresh();

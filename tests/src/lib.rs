@@ -23,6 +23,7 @@ pub fn init_tracing() {
 pub struct ClusterOptions {
     pub log_retention: LogRetention,
     pub compaction: CompactionPolicy,
+    pub slow_watcher_timeout: Duration,
 }
 
 impl Default for ClusterOptions {
@@ -31,6 +32,7 @@ impl Default for ClusterOptions {
             log_retention: LogRetention::default(),
             // Tests compact explicitly; keep the automatic compactor out of the way.
             compaction: CompactionPolicy { retention: Duration::from_secs(3600), keep_revisions: None, interval: Duration::from_secs(3600) },
+            slow_watcher_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -76,6 +78,7 @@ impl TestCluster {
         let mut config = ReplicaConfig::new(&name, self.dir_path.join(&name), free_addr()?, bootstrap);
         config.log_retention = self.opts.log_retention;
         config.compaction = self.opts.compaction.clone();
+        config.slow_watcher_timeout = self.opts.slow_watcher_timeout;
         let running = keelson_replica::start(config.clone()).await.with_context(|| format!("starting {name}"))?;
         self.slots.push(Slot { config, running: Some(running) });
         Ok(i)

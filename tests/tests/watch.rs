@@ -179,17 +179,21 @@ async fn watch_from_a_compacted_revision_gets_a_compacted_error() {
 async fn watch_from_now_is_linearizable_and_sends_progress_on_request() {
     let cluster = TestCluster::start(3, ClusterOptions::default()).await.expect("cluster");
     let before = cluster.client(0).put(b"/n/a", b"1").await.expect("put").header.revision;
-    let (tx, mut s) = cluster.client(2).watch(create("/n/", 0)).await.expect("watch");
+    // Without prev_kv, events must not carry the previous value.
+    let (tx, mut s) =
+        cluster.client(2).watch(WatchCreate { prev_kv: false, ..create("/n/", 0) }).await.expect("watch");
     let start = match s.next().await {
         Some(Ok(WatchResponse { kind: WatchResponseKind::Created { start_revision }, .. })) => start_revision,
         other => panic!("expected Created, got {other:?}"),
     };
     assert!(start > before, "a watch from now started at {start}, before the acknowledged write at {before}");
-    let after = cluster.client(1).put(b"/n/b", b"2").await.expect("put").header.revision;
+    let after = cluster.client(1).put(b"/n/a", b"2").await.expect("put").header.revision;
     let mut events = Vec::new();
     collect_until(&mut s, after, &mut events).await.expect("collect");
     assert_eq!(events.len(), 1);
-    assert_eq!(events[0].kv.key, b"/n/b");
+    assert_eq!(events[0].kv.key, b"/n/a");
+    assert_eq!(events[0].kv.value, b"2");
+    assert_eq!(events[0].prev_kv, None, "prev_kv sent though not requested");
     tx.send(keelson_client::api::WatchRequest::Progress).await.expect("progress request");
     match tokio::time::timeout(Duration::from_secs(10), s.next()).await {
         Ok(Some(Ok(WatchResponse { kind: WatchResponseKind::Progress, header, .. }))) => {
@@ -197,5 +201,48 @@ async fn watch_from_now_is_linearizable_and_sends_progress_on_request() {
         }
         other => panic!("expected a progress notification, got {other:?}"),
     }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_watcher_that_stops_reading_is_cut_off_and_resumes_without_loss() {
+    let opts = ClusterOptions { slow_watcher_timeout: Duration::from_millis(500), ..Default::default() };
+    let cluster = TestCluster::start(3, opts).await.expect("cluster");
+    let (_tx, mut s) = cluster.client(1).watch(create("/slow/", 1)).await.expect("watch");
+    match s.next().await {
+        Some(Ok(WatchResponse { kind: WatchResponseKind::Created { .. }, .. })) => {}
+        other => panic!("expected Created, got {other:?}"),
+    }
+    // Stop reading while far more than the stream's buffers hold is written.
+    let big = vec![b'x'; 16 * 1024];
+    let c = cluster.client(0);
+    let mut last = 0;
+    for i in 0..600 {
+        last = c.put(format!("/slow/{}", i % 10).as_bytes(), &big).await.expect("put").header.revision;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let slow = cluster.running(1).expect("running").replica.stats().watches_canceled_slow.get();
+    assert!(slow >= 1, "the slow watcher was not canceled");
+    // Drain what was queued: the stream ends with an error before everything arrived.
+    let mut events = Vec::new();
+    let mut ended_with_error = false;
+    while let Ok(Some(item)) = tokio::time::timeout(Duration::from_secs(10), s.next()).await {
+        match item {
+            Ok(WatchResponse { kind: WatchResponseKind::Events(evs), .. }) => events.extend(evs),
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(e) => {
+                assert!(e.to_string().contains("resume from revision"), "{e}");
+                ended_with_error = true;
+                break;
+            }
+        }
+    }
+    assert!(ended_with_error, "stream did not end with a resumable error");
+    let seen = events.last().map(|e| e.kv.mod_revision).unwrap_or(0);
+    assert!(seen < last, "the slow watcher received everything; the test did not overflow it");
+    // Resuming from the last revision seen, on another replica, fills in the rest.
+    let (_tx2, mut s2) = cluster.client(2).watch(create("/slow/", seen + 1)).await.expect("resume");
+    collect_until(&mut s2, last, &mut events).await.expect("resume collect");
+    assert_ordered_unique_gap_free(&events, 1, last);
     cluster.shutdown().await;
 }

@@ -42,6 +42,12 @@ pub struct StoreBenchArgs {
     /// same load against it.
     #[arg(long)]
     pub compare_etcd: bool,
+    /// Drive a running etcd at these endpoints instead of starting one (implies --compare-etcd).
+    #[arg(long, value_delimiter = ',')]
+    pub etcd_endpoints: Vec<String>,
+    /// Skip Keelson (only with --compare-etcd or --etcd-endpoints).
+    #[arg(long)]
+    pub etcd_only: bool,
     /// The etcd start script (default: deploy/etcd/etcd-cluster.sh above the current directory).
     #[arg(long)]
     pub etcd_script: Option<PathBuf>,
@@ -255,30 +261,36 @@ pub async fn run_store_bench(args: StoreBenchArgs) -> anyhow::Result<()> {
         bail!("--clients needs positive counts");
     }
     let tmp = tempfile::tempdir()?;
-    let mut cluster = None;
-    let endpoints = if args.endpoints.is_empty() {
-        let spec = LocalClusterSpec {
-            servers: args.servers,
-            dir: tmp.path().join("keelson"),
-            binary: std::env::current_exe()?,
-            base_port: 0,
-            extra_args: vec![],
-        };
-        let c = LocalCluster::start(spec, |m| eprintln!("bench: keelson: {m}")).await?;
-        let eps = c.endpoints();
-        cluster = Some(c);
-        eps
+    let keelson = if args.etcd_only {
+        None
     } else {
-        args.endpoints.clone()
+        let mut cluster = None;
+        let endpoints = if args.endpoints.is_empty() {
+            let spec = LocalClusterSpec {
+                servers: args.servers,
+                dir: tmp.path().join("keelson"),
+                binary: std::env::current_exe()?,
+                base_port: 0,
+                extra_args: vec![],
+            };
+            let c = LocalCluster::start(spec, |m| eprintln!("bench: keelson: {m}")).await?;
+            let eps = c.endpoints();
+            cluster = Some(c);
+            eps
+        } else {
+            args.endpoints.clone()
+        };
+        let res = bench_system("keelson", &endpoints, &args).await;
+        if let Some(c) = cluster {
+            c.stop(Duration::from_secs(10)).await?;
+        }
+        Some(res?)
     };
-    let keelson = bench_system("keelson", &endpoints, &args).await;
-    if let Some(c) = cluster {
-        c.stop(Duration::from_secs(10)).await?;
-    }
-    let keelson = keelson?;
 
     let mut etcd = None;
-    if args.compare_etcd {
+    if !args.etcd_endpoints.is_empty() {
+        etcd = Some(bench_system("etcd", &args.etcd_endpoints, &args).await?);
+    } else if args.compare_etcd || args.etcd_only {
         let script = find_etcd_script(&args.etcd_script)?;
         let dir = tmp.path().join("etcd");
         let out = tokio::process::Command::new("bash").arg(&script).arg("start").arg(&dir).output().await?;
@@ -297,13 +309,18 @@ pub async fn run_store_bench(args: StoreBenchArgs) -> anyhow::Result<()> {
     });
     if args.json {
         let mut obj = serde_json::Map::new();
-        obj.insert("keelson".into(), keelson.to_json(&params));
+        if let Some(k) = &keelson {
+            obj.insert("keelson".into(), k.to_json(&params));
+        }
         if let Some(e) = &etcd {
             obj.insert("etcd".into(), e.to_json(&params));
         }
         println!("{}", serde_json::Value::Object(obj));
     } else {
-        let mut systems = vec![("keelson", &keelson)];
+        let mut systems = Vec::new();
+        if let Some(k) = &keelson {
+            systems.push(("keelson", k));
+        }
         if let Some(e) = &etcd {
             systems.push(("etcd", e));
         }

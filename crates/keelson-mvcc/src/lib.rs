@@ -12,6 +12,7 @@ mod backend;
 mod compact;
 mod layout;
 mod mem_backend;
+mod pending_view;
 mod read;
 mod store;
 mod txn;

@@ -382,3 +382,79 @@ proptest! {
         }
     }
 }
+
+fn dump(store: &MvccStore<MemBackend>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut pairs = Vec::new();
+    store
+        .export(&mut |k, v| {
+            pairs.push((k.to_vec(), v.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+    pairs
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Applying entries in batches (`apply_batch`, with command-less entries mixed in)
+    /// gives the same responses, events and final state as applying them one by one.
+    #[test]
+    fn batched_apply_equals_one_by_one(
+        cmds in prop::collection::vec(gen_cmd(), 1..40),
+        blanks in prop::collection::vec(any::<bool>(), 40),
+        cuts in prop::collection::vec(1..8usize, 1..40),
+    ) {
+        let one = MvccStore::open(MemBackend::new()).unwrap();
+        // Fix the commands (compaction targets depend on the revision reached so far).
+        let mut entries: Vec<(Option<Command>, Vec<u8>)> = Vec::new();
+        let mut expected: Vec<Option<Applied>> = Vec::new();
+        for (i, g) in cmds.iter().enumerate() {
+            if blanks[i] {
+                let applied = format!("blank-{i}").into_bytes();
+                one.set_applied(&applied).unwrap();
+                entries.push((None, applied));
+                expected.push(None);
+            }
+            let cmd = match g {
+                GenCmd::Txn { compares, success, failure } => Command::Txn(TxnRequest {
+                    compare: compares.iter().map(to_compare).collect(),
+                    success: success.iter().map(to_op).collect(),
+                    failure: failure.iter().map(to_op).collect(),
+                }),
+                GenCmd::Compact(back) => Command::Compact { revision: one.current_revision() - back + 1 },
+            };
+            let applied = format!("entry-{i}").into_bytes();
+            expected.push(Some(one.apply(&cmd, &applied).unwrap()));
+            entries.push((Some(cmd), applied));
+        }
+        let batched = MvccStore::open(MemBackend::new()).unwrap();
+        let mut got: Vec<Option<Applied>> = Vec::new();
+        let mut start = 0;
+        let mut c = 0;
+        while start < entries.len() {
+            let end = (start + cuts[c % cuts.len()]).min(entries.len());
+            c += 1;
+            let run: Vec<(Option<&Command>, &[u8])> =
+                entries[start..end].iter().map(|(cmd, a)| (cmd.as_ref(), a.as_slice())).collect();
+            got.extend(batched.apply_batch(&run).unwrap());
+            prop_assert_eq!(batched.applied().unwrap(), Some(entries[end - 1].1.clone()));
+            start = end;
+        }
+        prop_assert_eq!(got.len(), expected.len());
+        for (i, (g, e)) in got.into_iter().zip(expected).enumerate() {
+            match (g, e) {
+                (None, None) => {}
+                (Some(g), Some(e)) => {
+                    prop_assert_eq!(g.response, e.response, "entry {}", i);
+                    prop_assert_eq!(g.events, e.events, "entry {}", i);
+                    prop_assert_eq!(g.revision, e.revision, "entry {}", i);
+                }
+                (g, e) => prop_assert!(false, "entry {}: {:?} vs {:?}", i, g.is_some(), e.is_some()),
+            }
+        }
+        prop_assert_eq!(batched.current_revision(), one.current_revision());
+        prop_assert_eq!(batched.compacted_revision(), one.compacted_revision());
+        prop_assert_eq!(dump(&batched), dump(&one));
+    }
+}

@@ -72,6 +72,9 @@ impl<B: KvBackend> StateHandle<B> {
     }
 }
 
+/// Most log entries applied in one engine write.
+const APPLY_CHUNK: usize = 1024;
+
 /// Capacity of the change broadcast: how many applied transactions a watcher may lag
 /// before it is cut off (it then catches up from history or gets a recoverable error).
 pub const CHANGE_CHANNEL_CAPACITY: usize = 16 * 1024;
@@ -140,36 +143,53 @@ impl<B: KvBackend> RaftStateMachine<KeelsonRaft> for KeelsonStateMachine<B> {
     where
         Strm: Stream<Item = Result<EntryResponder<KeelsonRaft>, io::Error>> + Unpin + OptionalSend,
     {
-        while let Some((entry, responder)) = entries.try_next().await? {
-            self.last_applied = Some(entry.log_id);
-            let response = match entry.payload {
-                EntryPayload::Blank => {
-                    self.store.set_applied(&self.applied_bytes()?).map_err(io::Error::other)?;
-                    None
+        // Take the whole run openraft hands over, apply it with as few engine writes as
+        // possible, then answer and notify in log order.
+        let mut run = Vec::new();
+        while let Some(item) = entries.try_next().await? {
+            run.push(item);
+        }
+        for chunk in run.chunks_mut(APPLY_CHUNK) {
+            let mut applied_bytes = Vec::with_capacity(chunk.len());
+            for (entry, _) in chunk.iter() {
+                self.last_applied = Some(entry.log_id);
+                if let EntryPayload::Membership(m) = &entry.payload {
+                    self.last_membership = StoredMembership::new(Some(entry.log_id), m.clone());
                 }
-                EntryPayload::Membership(m) => {
-                    self.last_membership = StoredMembership::new(Some(entry.log_id), m);
-                    self.store.set_applied(&self.applied_bytes()?).map_err(io::Error::other)?;
-                    None
-                }
-                EntryPayload::Normal(cmd) => {
-                    let applied = self
-                        .store
-                        .apply(cmd.command(), &self.applied_bytes()?)
-                        .map_err(io::Error::other)?;
-                    if !applied.events.is_empty() {
-                        // No receiver is fine: nobody watches.
-                        let _ = self.changes.send(Arc::new(AppliedChange::Events {
-                            revision: applied.revision,
-                            events: applied.events,
-                        }));
-                    }
-                    Some(applied.response)
-                }
-            };
+                applied_bytes.push(self.applied_bytes()?);
+            }
+            let batch: Vec<(Option<&keelson_mvcc::Command>, &[u8])> = chunk
+                .iter()
+                .zip(&applied_bytes)
+                .map(|((entry, _), bytes)| {
+                    let cmd = match &entry.payload {
+                        EntryPayload::Normal(cmd) => Some(cmd.command()),
+                        _ => None,
+                    };
+                    (cmd, bytes.as_slice())
+                })
+                .collect();
+            let results = self.store.apply_batch(&batch).map_err(io::Error::other)?;
+            drop(batch);
             self.publish_position();
-            if let Some(responder) = responder {
-                responder.send(ApplyOutcome { revision: self.store.current_revision(), response });
+            for ((_, responder), result) in chunk.iter_mut().zip(results) {
+                let response = match result {
+                    None => None,
+                    Some(applied) => {
+                        if !applied.events.is_empty() {
+                            // No receiver is fine: nobody watches.
+                            let _ = self.changes.send(Arc::new(AppliedChange::Events {
+                                revision: applied.revision,
+                                events: applied.events,
+                            }));
+                        }
+                        Some((applied.revision, applied.response))
+                    }
+                };
+                if let Some(responder) = responder.take() {
+                    let revision = response.as_ref().map(|r| r.0).unwrap_or_else(|| self.store.current_revision());
+                    responder.send(ApplyOutcome { revision, response: response.map(|r| r.1) });
+                }
             }
         }
         Ok(())

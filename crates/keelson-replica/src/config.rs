@@ -54,6 +54,9 @@ pub struct ReplicaConfig {
     pub cluster_name: String,
     /// When to snapshot and purge the Raft log.
     pub log_retention: keelson_raft::LogRetention,
+    /// How long a watch stream may stay full (client not reading) before the watcher is
+    /// canceled with the revision to resume from.
+    pub slow_watcher_timeout: Duration,
 }
 
 impl ReplicaConfig {
@@ -68,6 +71,7 @@ impl ReplicaConfig {
             metrics_addr: None,
             cluster_name: "keelson".into(),
             log_retention: keelson_raft::LogRetention::default(),
+            slow_watcher_timeout: crate::watch::SLOW_WATCHER_TIMEOUT,
         }
     }
 }

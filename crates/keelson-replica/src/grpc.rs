@@ -29,12 +29,13 @@ fn is_forwarded<T>(req: &Request<T>) -> bool {
 /// `keelson.v1.Store` over a replica.
 pub struct StoreService {
     pub replica: Replica,
+    pub slow_watcher_timeout: std::time::Duration,
     pub shutdown: CancellationToken,
 }
 
 #[tonic::async_trait]
 impl Store for StoreService {
-    #[tracing::instrument(name = "range", skip_all)]
+    #[tracing::instrument(name = "range", level = "debug", skip_all)]
     async fn range(&self, req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
         let call: RangeCall = decode(&req)?;
         let res = match validate_range(&call.request) {
@@ -44,14 +45,14 @@ impl Store for StoreService {
         reply(res)
     }
 
-    #[tracing::instrument(name = "txn", skip_all)]
+    #[tracing::instrument(name = "txn", level = "debug", skip_all)]
     async fn txn(&self, req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
         let forwarded = is_forwarded(&req);
         let txn: TxnRequest = decode(&req)?;
         reply(self.replica.txn(txn, forwarded).await)
     }
 
-    #[tracing::instrument(name = "compact", skip_all)]
+    #[tracing::instrument(name = "compact", level = "debug", skip_all)]
     async fn compact(&self, req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
         let forwarded = is_forwarded(&req);
         let call: CompactCall = decode(&req)?;
@@ -62,7 +63,13 @@ impl Store for StoreService {
 
     async fn watch(&self, req: Request<Streaming<Envelope>>) -> Result<Response<Self::WatchStream>, Status> {
         let (tx, rx) = tokio::sync::mpsc::channel(watch::STREAM_QUEUE);
-        tokio::spawn(watch::serve_stream(self.replica.clone(), req.into_inner(), tx, self.shutdown.clone()));
+        tokio::spawn(watch::serve_stream(
+            self.replica.clone(),
+            req.into_inner(),
+            tx,
+            self.slow_watcher_timeout,
+            self.shutdown.clone(),
+        ));
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 

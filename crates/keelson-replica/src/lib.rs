@@ -13,10 +13,11 @@ mod compactor;
 mod grpc;
 pub mod identity;
 pub mod metrics;
+pub use stats::ReplicaStats;
 mod read_index;
 mod replica;
 pub mod server;
-mod stats;
+pub mod stats;
 mod watch;
 
 pub use config::{Bootstrap, CompactionPolicy, ReplicaConfig};

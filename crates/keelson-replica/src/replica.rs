@@ -90,7 +90,8 @@ impl Replica {
         &self.inner.state
     }
 
-    pub(crate) fn stats(&self) -> &ReplicaStats {
+    /// Request and watch counters (also exported as metrics).
+    pub fn stats(&self) -> &ReplicaStats {
         &self.inner.stats
     }
 

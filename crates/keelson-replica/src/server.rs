@@ -123,12 +123,18 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
             RaftTransportServer::new(transport).max_decoding_message_size(256 << 20).max_encoding_message_size(256 << 20),
         )
         .add_service(
-            StoreServer::new(StoreService { replica: replica.clone(), shutdown: shutdown.clone() })
+            StoreServer::new(StoreService {
+                replica: replica.clone(),
+                slow_watcher_timeout: cfg.slow_watcher_timeout,
+                shutdown: shutdown.clone(),
+            })
                 .max_decoding_message_size(256 << 20)
                 .max_encoding_message_size(256 << 20),
         )
         .add_service(ClusterServer::new(ClusterService { replica: replica.clone() }));
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // Accepted sockets need TCP_NODELAY set here: the builder's setting only applies to
+    // listeners tonic binds itself. Without it, small replies wait for delayed ACKs (~40 ms).
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let token = shutdown.clone();
     tasks.push(tokio::spawn(async move {
         if let Err(e) = grpc.serve_with_incoming_shutdown(incoming, token.cancelled_owned()).await {

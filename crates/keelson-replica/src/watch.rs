@@ -8,8 +8,9 @@
 //!
 //! Memory stays bounded: live changes come through a fixed-size broadcast (a watcher that
 //! falls behind re-reads history instead), and each stream has a fixed-size outbound
-//! queue; a client that does not drain it for [`SLOW_WATCHER_TIMEOUT`] is cut off with a
-//! `Canceled` message carrying the revision to resume from.
+//! queue; a client that does not drain it for the slow-watcher timeout (default
+//! [`SLOW_WATCHER_TIMEOUT`]) has its stream ended with a `RESOURCE_EXHAUSTED` status that
+//! names the revision to resume from.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,8 +29,11 @@ use crate::replica::Replica;
 
 /// Outbound queue per stream, in responses.
 pub const STREAM_QUEUE: usize = 256;
-/// How long a watcher may leave its queue full before it is canceled.
+/// Default for how long a watcher may leave its queue full before it is canceled.
 pub const SLOW_WATCHER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a canceled slow stream waits for room to deliver its final error; the
+/// stream holds nothing but that error meanwhile.
+const SLOW_WATCHER_ERROR_GRACE: Duration = Duration::from_secs(300);
 /// Interval of progress notifications for watches that asked for them.
 pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
 /// Events read from history per page while catching up.
@@ -38,7 +42,13 @@ const HISTORY_PAGE: usize = 1000;
 type Outbound = mpsc::Sender<Result<Envelope, Status>>;
 
 /// Serves one gRPC watch stream until the client closes it or the replica shuts down.
-pub(crate) async fn serve_stream(replica: Replica, mut requests: Streaming<Envelope>, out: Outbound, shutdown: CancellationToken) {
+pub(crate) async fn serve_stream(
+    replica: Replica,
+    mut requests: Streaming<Envelope>,
+    out: Outbound,
+    slow_timeout: Duration,
+    shutdown: CancellationToken,
+) {
     let stream_token = shutdown.child_token();
     let (progress_tx, progress_rx) = watch::channel(0u64);
     let mut watches: HashMap<u64, CancellationToken> = HashMap::new();
@@ -66,7 +76,15 @@ pub(crate) async fn serve_stream(replica: Replica, mut requests: Streaming<Envel
                 let token = stream_token.child_token();
                 watches.insert(create.watch_id, token.clone());
                 replica.stats().watches_started.inc();
-                let w = Watcher { replica: replica.clone(), create, out: out.clone(), progress: progress_rx.clone(), cancel: token };
+                let w = Watcher {
+                    replica: replica.clone(),
+                    create,
+                    out: out.clone(),
+                    progress: progress_rx.clone(),
+                    cancel: token,
+                    stream_cancel: stream_token.clone(),
+                    slow_timeout,
+                };
                 tokio::spawn(w.run());
             }
             WatchRequest::Progress => {
@@ -88,6 +106,9 @@ struct Watcher {
     out: Outbound,
     progress: watch::Receiver<u64>,
     cancel: CancellationToken,
+    /// Cancels the whole stream (all its watches): used when the client stops reading.
+    stream_cancel: CancellationToken,
+    slow_timeout: Duration,
 }
 
 /// Why a watcher stopped early.
@@ -97,6 +118,8 @@ enum Stop {
     /// Tell the client why and where to resume.
     Canceled(String),
     Compacted(Revision),
+    /// The client left the stream's queue full for too long.
+    Slow,
 }
 
 impl Watcher {
@@ -114,6 +137,18 @@ impl Watcher {
             Stop::Quiet => return,
             Stop::Canceled(reason) => WatchResponseKind::Canceled { reason, resume_revision: next },
             Stop::Compacted(compacted) => WatchResponseKind::Compacted { compacted },
+            Stop::Slow => {
+                // The queue is full, so a Canceled message would not fit. End the whole
+                // stream: once the client drains what is queued it gets this error and
+                // resumes (on any replica) from the last revision it saw.
+                self.stream_cancel.cancel();
+                let status = Status::resource_exhausted(format!(
+                    "watch {} canceled: client too slow; resume from revision {next}",
+                    self.create.watch_id
+                ));
+                let _ = self.out.send_timeout(Err(status), SLOW_WATCHER_ERROR_GRACE).await;
+                return;
+            }
         };
         // Best effort: the stream may be gone or its queue full.
         let resp = WatchResponse { watch_id: self.create.watch_id, header: self.replica.header(next - 1), kind };
@@ -151,8 +186,12 @@ impl Watcher {
                                     // Every revision carries events, so one was missed: refill from history.
                                     continue 'catch_up;
                                 }
-                                let matched: Vec<Event> =
-                                    events.iter().filter(|e| self.create.range.contains(&e.kv.key)).cloned().collect();
+                                let prev_kv = self.create.prev_kv;
+                                let matched: Vec<Event> = events
+                                    .iter()
+                                    .filter(|e| self.create.range.contains(&e.kv.key))
+                                    .map(|e| Event { prev_kv: if prev_kv { e.prev_kv.clone() } else { None }, ..e.clone() })
+                                    .collect();
                                 *next = revision + 1;
                                 if !matched.is_empty() {
                                     if let Err(s) = self.send(*revision, WatchResponseKind::Events(matched)).await {
@@ -217,7 +256,7 @@ impl Watcher {
         };
         let resp = WatchResponse { watch_id: self.create.watch_id, header: self.replica.header(revision), kind };
         let env = Envelope { payload: postcard::to_stdvec(&resp).map_err(|e| Stop::Canceled(e.to_string()))? };
-        match self.out.send_timeout(Ok(env), SLOW_WATCHER_TIMEOUT).await {
+        match self.out.send_timeout(Ok(env), self.slow_timeout).await {
             Ok(()) => {
                 self.replica.stats().watch_events_sent.add(n_events);
                 Ok(())
@@ -226,8 +265,7 @@ impl Watcher {
             Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
                 self.replica.stats().watches_canceled_slow.inc();
                 tracing::warn!(watch_id = self.create.watch_id, "watcher too slow; canceling it");
-                // The queue is full: the Canceled message may not fit; the stream ends anyway.
-                Err(Stop::Canceled("watcher too slow: outbound queue stayed full".into()))
+                Err(Stop::Slow)
             }
         }
     }

@@ -20,11 +20,14 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+/// Search steps per key per round-robin turn.
+const SLICE: usize = 20_000;
+
 pub use report::{KeyFailure, LinearizedStep};
 
 use crate::model::{CasRegister, KvMap, Model, ModelError};
 use crate::ops::{Operation, Outcome};
-use search::{search, SearchOp, SearchResult};
+use search::{KeySearch, Progress, SearchOp};
 
 /// The models selectable by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,12 +75,18 @@ pub struct LinearReport {
     pub failed: usize,
     /// Indeterminate reads (dropped: they constrain nothing).
     pub unknown_reads: usize,
+    /// Indeterminate writes dropped because nothing could observe them
+    /// (see [`Model::unobservable`]).
+    pub unobservable: usize,
     /// Number of distinct keys (1 for an unkeyed history).
     pub keys: usize,
     /// Largest number of configurations memoized for one key.
     pub configurations: usize,
-    /// Keys that are not linearizable, in key order.
+    /// Keys found not linearizable. The check stops at the first one, so
+    /// this holds at most one key.
     pub failures: Vec<KeyFailure>,
+    /// Keys whose check was abandoned once another key failed.
+    pub unchecked_keys: usize,
 }
 
 impl LinearReport {
@@ -91,7 +100,17 @@ impl LinearReport {
         let verdict = if self.is_linearizable() {
             "linearizable".to_owned()
         } else {
-            format!("NOT linearizable ({} of {} keys failed)", self.failures.len(), self.keys)
+            let keys: Vec<String> = self
+                .failures
+                .iter()
+                .map(|f| f.key.as_ref().map_or_else(|| "history".to_owned(), |k| format!("key {k:?}")))
+                .collect();
+            format!(
+                "NOT linearizable ({} failed; {} of {} keys left unchecked after that)",
+                keys.join(", "),
+                self.unchecked_keys,
+                self.keys
+            )
         };
         format!(
             "{verdict}: model {}, {} ops ({} ok, {} indeterminate, {} failed), {} keys, {} configurations",
@@ -129,9 +148,11 @@ pub fn check_operations<M: Model>(model: &M, ops: &[Operation]) -> Result<Linear
         indeterminate: 0,
         failed: 0,
         unknown_reads: 0,
+        unobservable: 0,
         keys: 0,
         configurations: 0,
         failures: Vec::new(),
+        unchecked_keys: 0,
     };
     // Per key: every operation (for reports) and the compiled ones.
     let mut keys: BTreeMap<Option<&str>, (Vec<&Operation>, Vec<(&Operation, M::Op)>)> = BTreeMap::new();
@@ -152,27 +173,95 @@ pub fn check_operations<M: Model>(model: &M, ops: &[Operation]) -> Result<Linear
         }
     }
     report.keys = keys.len();
-    for (key, (all, mut compiled)) in keys {
-        compiled.sort_by_key(|(op, _)| (op.invoke_time, op.index));
-        let search_ops: Vec<SearchOp<M::Op>> = compiled
-            .iter()
-            .map(|(op, c)| SearchOp {
-                op: c.clone(),
-                call: op.invoke_time,
-                ret: match op.outcome {
-                    Outcome::Ok => Some(op.complete_time.unwrap_or(op.invoke_time)),
-                    Outcome::Info | Outcome::Fail => None,
-                },
-            })
-            .collect();
-        let (result, configurations) = search(model, &search_ops);
-        report.configurations = report.configurations.max(configurations);
-        if let SearchResult::Illegal(blocked) = result {
-            let sources: Vec<&Operation> = compiled.iter().map(|(op, _)| *op).collect();
-            report
-                .failures
-                .push(report::build_failure(model, key, &all, &sources, &search_ops, &blocked));
+
+    struct Key<'a, O> {
+        key: Option<&'a str>,
+        all: Vec<&'a Operation>,
+        sources: Vec<&'a Operation>,
+        ops: Vec<SearchOp<O>>,
+    }
+    let prepared: Vec<Key<'_, M::Op>> = keys
+        .into_iter()
+        .map(|(key, (all, mut compiled))| {
+            report.unobservable += drop_unobservable(model, &mut compiled);
+            compiled.sort_by_key(|(op, _)| (op.invoke_time, op.index));
+            let ops = search_ops(model, &compiled);
+            let sources = compiled.into_iter().map(|(op, _)| op).collect();
+            Key { key, all, sources, ops }
+        })
+        .collect();
+
+    // Search all keys round-robin, a slice of steps at a time, and stop at
+    // the first key that fails: a cheap failing key is found even when
+    // another failing key would need an exhaustive search.
+    let mut searches: Vec<Option<KeySearch<'_, M>>> =
+        prepared.iter().map(|k| Some(KeySearch::new(model, &k.ops))).collect();
+    let mut active = searches.len();
+    while active > 0 && report.failures.is_empty() {
+        for (i, slot) in searches.iter_mut().enumerate() {
+            let Some(search) = slot else { continue };
+            let progress = search.advance(SLICE);
+            report.configurations = report.configurations.max(search.configurations());
+            match progress {
+                Progress::Running => continue,
+                Progress::Linearizable => {}
+                Progress::Illegal => {
+                    let k = &prepared[i];
+                    if let Some(search) = slot.take() {
+                        if let Some(blocked) = search.explain() {
+                            report
+                                .failures
+                                .push(report::build_failure(model, k.key, &k.all, &k.sources, &k.ops, &blocked));
+                        }
+                    }
+                    active -= 1;
+                    break;
+                }
+            }
+            *slot = None;
+            active -= 1;
         }
     }
+    report.unchecked_keys = active;
     Ok(report)
+}
+
+/// Removes indeterminate operations that nothing can observe, repeatedly
+/// (dropping one may make another unobservable); returns how many.
+fn drop_unobservable<M: Model>(model: &M, compiled: &mut Vec<(&Operation, M::Op)>) -> usize {
+    let mut dropped = 0;
+    loop {
+        let view: Vec<(&M::Op, bool)> =
+            compiled.iter().map(|(op, c)| (c, op.outcome != Outcome::Ok)).collect();
+        let drop = model.unobservable(&view);
+        let count = drop.iter().filter(|&&d| d).count();
+        if count == 0 {
+            return dropped;
+        }
+        dropped += count;
+        let mut flags = drop.into_iter();
+        compiled.retain(|_| !flags.next().unwrap_or(false));
+    }
+}
+
+/// Builds the search input: `ok` operations get their completion as
+/// deadline; indeterminate ones none, unless the model shows that some
+/// completed operation observed their effect (then the earliest such
+/// completion, see [`Model::observers`]).
+fn search_ops<M: Model>(model: &M, compiled: &[(&Operation, M::Op)]) -> Vec<SearchOp<M::Op>> {
+    let definite_ret = |op: &Operation| match op.outcome {
+        Outcome::Ok => Some(op.complete_time.unwrap_or(op.invoke_time)),
+        Outcome::Info | Outcome::Fail => None,
+    };
+    let view: Vec<(&M::Op, bool)> = compiled.iter().map(|(op, c)| (c, op.outcome != Outcome::Ok)).collect();
+    let observers = model.observers(&view);
+    compiled
+        .iter()
+        .zip(observers)
+        .map(|((op, c), seen_by)| SearchOp {
+            op: c.clone(),
+            call: op.invoke_time,
+            ret: definite_ret(op).or_else(|| seen_by.iter().filter_map(|&j| definite_ret(compiled[j].0)).min()),
+        })
+        .collect()
 }

@@ -43,15 +43,6 @@ pub(crate) struct Blocked<S> {
     pub state: S,
 }
 
-/// Result of checking one key.
-#[derive(Debug, Clone)]
-pub(crate) enum SearchResult<S> {
-    /// A linearization exists.
-    Linearizable,
-    /// None exists; the deepest configuration reached.
-    Illegal(Blocked<S>),
-}
-
 enum Run {
     Linearizable,
     /// Failed; the furthest return node reached.
@@ -72,41 +63,71 @@ struct Machine<'a, M: Model> {
     states: Vec<M::State>,
     state_ids: HashMap<M::State, u32, FastBuild>,
     transitions: HashMap<u64, u32, FastBuild>,
-    configurations: usize,
 }
 
-/// Checks one key's operations, which must be sorted by `call` time.
-/// Returns the result and the number of configurations explored.
-pub(crate) fn search<M: Model>(model: &M, ops: &[SearchOp<M::Op>]) -> (SearchResult<M::State>, usize) {
-    debug_assert!(ops.windows(2).all(|w| w[0].call <= w[1].call));
-    let mut machine = Machine::new(model, ops);
-    match machine.run(None) {
-        Run::Linearizable => (SearchResult::Linearizable, machine.configurations),
-        Run::Illegal(best) => {
-            // Replay the (deterministic) search up to the moment it first
-            // reached its furthest return entry, to capture that path.
-            let explored = machine.configurations;
-            match machine.run(Some(best)) {
-                Run::Stopped(node, path, state) => (
-                    SearchResult::Illegal(Blocked {
-                        blocked: machine.node_op[node],
-                        path,
-                        state: machine.states[state as usize].clone(),
-                    }),
-                    explored,
-                ),
-                // Unreachable for a deterministic search; report without a path.
-                Run::Linearizable | Run::Illegal(_) => (
-                    SearchResult::Illegal(Blocked {
-                        blocked: machine.node_op.get(best).copied().filter(|&op| op != NONE).unwrap_or(0),
-                        path: Vec::new(),
-                        state: model.init(),
-                    }),
-                    explored,
-                ),
-            }
+/// A resumable search over one key's operations.
+pub(crate) struct KeySearch<'a, M: Model> {
+    machine: Machine<'a, M>,
+    run: RunState,
+    finished: Option<Run>,
+}
+
+/// Progress of [`KeySearch::advance`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Progress {
+    /// The step budget ran out; call again.
+    Running,
+    /// A linearization exists.
+    Linearizable,
+    /// No linearization exists.
+    Illegal,
+}
+
+impl<'a, M: Model> KeySearch<'a, M> {
+    /// Prepares the search; `ops` must be sorted by `call` time.
+    pub(crate) fn new(model: &'a M, ops: &'a [SearchOp<M::Op>]) -> Self {
+        debug_assert!(ops.windows(2).all(|w| w[0].call <= w[1].call));
+        let mut machine = Machine::new(model, ops);
+        let run = RunState::new(&mut machine, None);
+        KeySearch { machine, run, finished: None }
+    }
+
+    /// Runs at most `budget` search steps.
+    pub(crate) fn advance(&mut self, budget: usize) -> Progress {
+        if self.finished.is_none() {
+            self.finished = self.run.advance(&mut self.machine, budget);
         }
-        Run::Stopped(..) => (SearchResult::Linearizable, machine.configurations),
+        match self.finished {
+            None => Progress::Running,
+            Some(Run::Illegal(_)) => Progress::Illegal,
+            Some(_) => Progress::Linearizable,
+        }
+    }
+
+    /// Configurations memoized so far.
+    pub(crate) fn configurations(&self) -> usize {
+        self.run.cache.len()
+    }
+
+    /// After [`Progress::Illegal`]: replays the (deterministic) search up to
+    /// the moment it first reached its furthest return entry and captures
+    /// that configuration. Returns `None` if the search did not fail.
+    pub(crate) fn explain(mut self) -> Option<Blocked<M::State>> {
+        let Some(Run::Illegal(best)) = self.finished else { return None };
+        let mut replay = RunState::new(&mut self.machine, Some(best));
+        Some(match replay.advance(&mut self.machine, usize::MAX) {
+            Some(Run::Stopped(node, path, state)) => Blocked {
+                blocked: self.machine.node_op[node],
+                path,
+                state: self.machine.states[state as usize].clone(),
+            },
+            // Unreachable for a deterministic search: report without a path.
+            _ => Blocked {
+                blocked: self.machine.node_op.get(best).copied().filter(|&op| op != NONE).unwrap_or(0),
+                path: Vec::new(),
+                state: self.machine.model.init(),
+            },
+        })
     }
 }
 
@@ -133,7 +154,6 @@ impl<'a, M: Model> Machine<'a, M> {
             states: Vec::new(),
             state_ids: HashMap::default(),
             transitions: HashMap::default(),
-            configurations: 0,
         };
         for (pos, &(_, kind, op)) in entries.iter().enumerate() {
             let node = pos + 1;
@@ -201,63 +221,91 @@ impl<'a, M: Model> Machine<'a, M> {
         }
         self.relink(self.call_node[op]);
     }
+}
 
-    fn run(&mut self, stop_at: Option<usize>) -> Run {
-        let init = self.model.init();
-        let mut state = self.intern(init);
-        let mut remaining = self.ops.iter().filter(|o| o.ret.is_some()).count();
-        let mut bits = Bitset::new(self.ops.len());
-        let mut cache = Cache::default();
-        let mut stack: Vec<(usize, u32)> = Vec::new();
-        let mut best = 0;
-        let mut entry = self.next[HEAD];
+/// The mutable part of one search run, so that it can be suspended.
+struct RunState {
+    stop_at: Option<usize>,
+    state: u32,
+    remaining: usize,
+    bits: Bitset,
+    cache: Cache,
+    stack: Vec<(usize, u32)>,
+    best: usize,
+    entry: usize,
+}
+
+impl RunState {
+    /// Starts a run; the machine's list must be fully linked.
+    fn new<M: Model>(machine: &mut Machine<'_, M>, stop_at: Option<usize>) -> RunState {
+        let init = machine.model.init();
+        RunState {
+            stop_at,
+            state: machine.intern(init),
+            remaining: machine.ops.iter().filter(|o| o.ret.is_some()).count(),
+            bits: Bitset::new(machine.ops.len()),
+            cache: Cache::default(),
+            stack: Vec::new(),
+            best: 0,
+            entry: machine.next[HEAD],
+        }
+    }
+
+    /// Runs up to `budget` steps; `None` if the run is not finished. A
+    /// finished run leaves the machine's list fully linked again.
+    fn advance<M: Model>(&mut self, m: &mut Machine<'_, M>, budget: usize) -> Option<Run> {
+        let mut steps = 0usize;
         let outcome = loop {
-            if remaining == 0 {
+            if self.remaining == 0 {
                 break Run::Linearizable;
             }
-            if entry != NONE && self.node_is_call[entry] {
-                let op = self.node_op[entry];
-                if let Some(next_state) = self.transition(state, op) {
-                    bits.set(op);
-                    let first_pending = self.node_op[self.next[HEAD]];
-                    if cache.insert(&bits, first_pending, next_state) {
-                        stack.push((op, state));
-                        state = next_state;
-                        self.lift(op);
-                        if self.ops[op].ret.is_some() {
-                            remaining -= 1;
+            if steps == budget {
+                return None;
+            }
+            steps += 1;
+            let entry = self.entry;
+            if entry != NONE && m.node_is_call[entry] {
+                let op = m.node_op[entry];
+                if let Some(next_state) = m.transition(self.state, op) {
+                    self.bits.set(op);
+                    let first_pending = m.node_op[m.next[HEAD]];
+                    if self.cache.insert(&self.bits, first_pending, next_state) {
+                        self.stack.push((op, self.state));
+                        self.state = next_state;
+                        m.lift(op);
+                        if m.ops[op].ret.is_some() {
+                            self.remaining -= 1;
                         }
-                        entry = self.next[HEAD];
+                        self.entry = m.next[HEAD];
                         continue;
                     }
-                    bits.clear(op);
+                    self.bits.clear(op);
                 }
-                entry = self.next[entry];
+                self.entry = m.next[entry];
                 continue;
             }
             // A return entry: its operation should have been linearized.
             if entry != NONE {
-                if stop_at == Some(entry) {
-                    break Run::Stopped(entry, stack.iter().map(|&(op, _)| op).collect(), state);
+                if self.stop_at == Some(entry) {
+                    break Run::Stopped(entry, self.stack.iter().map(|&(op, _)| op).collect(), self.state);
                 }
-                best = best.max(entry);
+                self.best = self.best.max(entry);
             }
-            let Some((top, prev_state)) = stack.pop() else {
-                break Run::Illegal(best);
+            let Some((top, prev_state)) = self.stack.pop() else {
+                break Run::Illegal(self.best);
             };
-            bits.clear(top);
-            state = prev_state;
-            self.unlift(top);
-            if self.ops[top].ret.is_some() {
-                remaining += 1;
+            self.bits.clear(top);
+            self.state = prev_state;
+            m.unlift(top);
+            if m.ops[top].ret.is_some() {
+                self.remaining += 1;
             }
-            entry = self.next[self.call_node[top]];
+            self.entry = m.next[m.call_node[top]];
         };
-        self.configurations = self.configurations.max(cache.len());
-        // Restore the list for a possible second run.
-        while let Some((top, _)) = stack.pop() {
-            self.unlift(top);
+        // Restore the list for a possible replay.
+        while let Some((top, _)) = self.stack.pop() {
+            m.unlift(top);
         }
-        outcome
+        Some(outcome)
     }
 }
