@@ -17,8 +17,16 @@ struct Scenario {
 }
 
 fn main() {
-    let runs: usize = std::env::var("BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(7);
-    let base = SynthConfig { processes: 10, operations: 10_000, seed: 42, ..SynthConfig::default() };
+    let runs: usize = std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7);
+    let base = SynthConfig {
+        processes: 10,
+        operations: 10_000,
+        seed: 42,
+        ..SynthConfig::default()
+    };
     let scenarios = [
         Scenario {
             name: "register, 10k ops, 10 clients, values 0..5, 10% fail, 5% info",
@@ -28,17 +36,30 @@ fn main() {
         Scenario {
             name: "register, 10k ops, 10 clients, unique values, all ok",
             model: ModelKind::CasRegister,
-            cfg: SynthConfig { value_range: None, fail_rate: 0.0, info_rate: 0.0, leave_pending: false, ..base.clone() },
+            cfg: SynthConfig {
+                value_range: None,
+                fail_rate: 0.0,
+                info_rate: 0.0,
+                leave_pending: false,
+                ..base.clone()
+            },
         },
         Scenario {
             name: "register, 10k ops, 10 clients, values 0..5, 20% info",
             model: ModelKind::CasRegister,
-            cfg: SynthConfig { info_rate: 0.2, ..base.clone() },
+            cfg: SynthConfig {
+                info_rate: 0.2,
+                ..base.clone()
+            },
         },
         Scenario {
             name: "kv, 10k ops, 10 clients, 10 keys, 5% info",
             model: ModelKind::Kv,
-            cfg: SynthConfig { model: SynthModel::Kv, keys: 10, ..base.clone() },
+            cfg: SynthConfig {
+                model: SynthModel::Kv,
+                keys: 10,
+                ..base.clone()
+            },
         },
     ];
     for scenario in &scenarios {

@@ -119,8 +119,14 @@ impl fmt::Display for Edn {
 
 /// Parses exactly one EDN form (surrounding whitespace and comments allowed).
 pub fn parse(text: &str) -> Result<Edn, EdnError> {
-    let mut reader = Reader { chars: text.chars().collect(), pos: 0 };
-    let value = reader.form(0)?.ok_or(EdnError::UnexpectedEnd { column: reader.pos + 1, expected: "a form" })?;
+    let mut reader = Reader {
+        chars: text.chars().collect(),
+        pos: 0,
+    };
+    let value = reader.form(0)?.ok_or(EdnError::UnexpectedEnd {
+        column: reader.pos + 1,
+        expected: "a form",
+    })?;
     reader.skip_ws();
     if reader.pos < reader.chars.len() {
         return Err(reader.syntax("unexpected text after the form"));
@@ -139,11 +145,17 @@ fn is_delimiter(c: char) -> bool {
 
 impl Reader {
     fn syntax(&self, message: impl Into<String>) -> EdnError {
-        EdnError::Syntax { column: self.pos + 1, message: message.into() }
+        EdnError::Syntax {
+            column: self.pos + 1,
+            message: message.into(),
+        }
     }
 
     fn end(&self, expected: &'static str) -> EdnError {
-        EdnError::UnexpectedEnd { column: self.pos + 1, expected }
+        EdnError::UnexpectedEnd {
+            column: self.pos + 1,
+            expected,
+        }
     }
 
     fn peek(&self) -> Option<char> {
@@ -175,7 +187,9 @@ impl Reader {
         }
         loop {
             self.skip_ws();
-            let Some(c) = self.peek() else { return Ok(None) };
+            let Some(c) = self.peek() else {
+                return Ok(None);
+            };
             let value = match c {
                 ')' | ']' | '}' => return Ok(None),
                 '(' => {
@@ -221,7 +235,9 @@ impl Reader {
                             if tag.is_empty() {
                                 return Err(self.syntax("bad dispatch character after #"));
                             }
-                            let inner = self.form(depth + 1)?.ok_or_else(|| self.end("a tagged value"))?;
+                            let inner = self
+                                .form(depth + 1)?
+                                .ok_or_else(|| self.end("a tagged value"))?;
                             Edn::Tagged(tag, Box::new(inner))
                         }
                     }
@@ -232,7 +248,10 @@ impl Reader {
                     if token.is_empty() {
                         return Err(self.syntax(format!("unexpected character {c:?}")));
                     }
-                    self.atom(&token).map_err(|message| EdnError::Syntax { column: start + 1, message })?
+                    self.atom(&token).map_err(|message| EdnError::Syntax {
+                        column: start + 1,
+                        message,
+                    })?
                 }
             };
             return Ok(Some(value));
@@ -273,12 +292,16 @@ impl Reader {
     fn string(&mut self) -> Result<String, EdnError> {
         let mut out = String::new();
         loop {
-            let Some(c) = self.peek() else { return Err(self.end("the end of a string")) };
+            let Some(c) = self.peek() else {
+                return Err(self.end("the end of a string"));
+            };
             self.pos += 1;
             match c {
                 '"' => return Ok(out),
                 '\\' => {
-                    let Some(e) = self.peek() else { return Err(self.end("an escape")) };
+                    let Some(e) = self.peek() else {
+                        return Err(self.end("an escape"));
+                    };
                     self.pos += 1;
                     out.push(match e {
                         'n' => '\n',
@@ -289,7 +312,9 @@ impl Reader {
                         '"' => '"',
                         '\\' => '\\',
                         'u' => self.unicode()?,
-                        other => return Err(self.syntax(format!("unknown string escape \\{other}"))),
+                        other => {
+                            return Err(self.syntax(format!("unknown string escape \\{other}")))
+                        }
                     });
                 }
                 c => out.push(c),
@@ -308,7 +333,9 @@ impl Reader {
     }
 
     fn character(&mut self) -> Result<Edn, EdnError> {
-        let Some(first) = self.peek() else { return Err(self.end("a character")) };
+        let Some(first) = self.peek() else {
+            return Err(self.end("a character"));
+        };
         self.pos += 1;
         let mut name = String::from(first);
         while let Some(c) = self.peek() {
@@ -350,8 +377,8 @@ impl Reader {
     fn atom(&self, token: &str) -> Result<Edn, String> {
         let first = token.chars().next().unwrap_or(' ');
         let second = token.chars().nth(1);
-        let numeric =
-            first.is_ascii_digit() || ((first == '-' || first == '+') && second.is_some_and(|c| c.is_ascii_digit()));
+        let numeric = first.is_ascii_digit()
+            || ((first == '-' || first == '+') && second.is_some_and(|c| c.is_ascii_digit()));
         if numeric {
             return parse_number(token);
         }
@@ -380,7 +407,10 @@ fn parse_number(token: &str) -> Result<Edn, String> {
             .map_err(|_| bad());
     }
     if let Some((num, den)) = token.split_once('/') {
-        let (n, d) = (num.parse::<f64>().map_err(|_| bad())?, den.parse::<f64>().map_err(|_| bad())?);
+        let (n, d) = (
+            num.parse::<f64>().map_err(|_| bad())?,
+            den.parse::<f64>().map_err(|_| bad())?,
+        );
         return Ok(Edn::Float(n / d));
     }
     if let Ok(i) = token.parse::<i64>() {

@@ -73,7 +73,9 @@ impl FromStr for Format {
             "jepsen-log" => Ok(Format::JepsenLog),
             "jepsen-edn" => Ok(Format::JepsenEdn),
             "keelson" => Ok(Format::Keelson),
-            other => Err(format!("unknown format `{other}` (expected jepsen-log, jepsen-edn or keelson)")),
+            other => Err(format!(
+                "unknown format `{other}` (expected jepsen-log, jepsen-edn or keelson)"
+            )),
         }
     }
 }
@@ -115,10 +117,20 @@ impl LoadedHistory {
 /// Reads and parses a history file.
 pub fn load(format: Format, path: &Path) -> Result<LoadedHistory, FormatError> {
     let name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| FormatError::Io { name: name.clone(), source })?;
+    let bytes = std::fs::read(path).map_err(|source| FormatError::Io {
+        name: name.clone(),
+        source,
+    })?;
     let text = String::from_utf8(bytes).map_err(|e| {
-        let line = 1 + e.as_bytes()[..e.utf8_error().valid_up_to()].iter().filter(|&&b| b == b'\n').count();
-        FormatError::Line { name: name.clone(), line, message: "invalid UTF-8".to_owned() }
+        let line = 1 + e.as_bytes()[..e.utf8_error().valid_up_to()]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
+        FormatError::Line {
+            name: name.clone(),
+            line,
+            message: "invalid UTF-8".to_owned(),
+        }
     })?;
     parse(format, &text, &name)
 }
@@ -130,11 +142,22 @@ pub fn parse(format: Format, text: &str, name: &str) -> Result<LoadedHistory, Fo
         Format::JepsenEdn => parse_jepsen_edn(text, name),
         Format::Keelson => {
             let events = history::parse_jsonl(text).map_err(|e| match e {
-                HistoryError::Parse { line, message } => FormatError::Line { name: name.to_owned(), line, message },
-                other => FormatError::Line { name: name.to_owned(), line: 0, message: other.to_string() },
+                HistoryError::Parse { line, message } => FormatError::Line {
+                    name: name.to_owned(),
+                    line,
+                    message,
+                },
+                other => FormatError::Line {
+                    name: name.to_owned(),
+                    line: 0,
+                    message: other.to_string(),
+                },
             })?;
             let total = text.lines().count();
-            let mut loaded = LoadedHistory { name: name.to_owned(), ..LoadedHistory::default() };
+            let mut loaded = LoadedHistory {
+                name: name.to_owned(),
+                ..LoadedHistory::default()
+            };
             loaded.ignored_lines = total - events.len();
             for (line, event) in events {
                 loaded.push(line, event);
@@ -145,7 +168,11 @@ pub fn parse(format: Format, text: &str, name: &str) -> Result<LoadedHistory, Fo
 }
 
 fn line_error(name: &str, line: usize, message: impl Into<String>) -> FormatError {
-    FormatError::Line { name: name.to_owned(), line, message: message.into() }
+    FormatError::Line {
+        name: name.to_owned(),
+        line,
+        message: message.into(),
+    }
 }
 
 fn kind_of(keyword: &str) -> Option<EventKind> {
@@ -193,8 +220,12 @@ fn next_token(s: &str) -> (&str, &str) {
 /// `... jepsen.util - PROCESS TYPE F VALUE` (tab or space separated);
 /// lines without `jepsen.util -` followed by an integer (or keyword)
 /// process and a keyword type are other log output and are ignored.
+/// `independent` `[key value]` tuples are split as for EDN.
 pub fn parse_jepsen_log(text: &str, name: &str) -> Result<LoadedHistory, FormatError> {
-    let mut loaded = LoadedHistory { name: name.to_owned(), ..LoadedHistory::default() };
+    let mut loaded = LoadedHistory {
+        name: name.to_owned(),
+        ..LoadedHistory::default()
+    };
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
         let Some(rest) = raw
@@ -208,7 +239,8 @@ pub fn parse_jepsen_log(text: &str, name: &str) -> Result<LoadedHistory, FormatE
         let (process, rest) = next_token(rest);
         let (kind, rest) = next_token(rest);
         let looks_like_history = kind.starts_with(':')
-            && (process.starts_with(':') || (!process.is_empty() && process.chars().all(|c| c.is_ascii_digit())));
+            && (process.starts_with(':')
+                || (!process.is_empty() && process.chars().all(|c| c.is_ascii_digit())));
         if !looks_like_history {
             loaded.ignored_lines += 1;
             continue;
@@ -217,8 +249,11 @@ pub fn parse_jepsen_log(text: &str, name: &str) -> Result<LoadedHistory, FormatE
             loaded.nemesis_lines += 1;
             continue;
         }
-        let process: u64 = process.parse().map_err(|_| line_error(name, line, format!("bad process {process:?}")))?;
-        let kind = kind_of(&kind[1..]).ok_or_else(|| line_error(name, line, format!("unknown type {kind}")))?;
+        let process: u64 = process
+            .parse()
+            .map_err(|_| line_error(name, line, format!("bad process {process:?}")))?;
+        let kind = kind_of(&kind[1..])
+            .ok_or_else(|| line_error(name, line, format!("unknown type {kind}")))?;
         let (f, rest) = next_token(rest);
         let f = f
             .strip_prefix(':')
@@ -228,7 +263,8 @@ pub fn parse_jepsen_log(text: &str, name: &str) -> Result<LoadedHistory, FormatE
         let edn = if value_text.is_empty() {
             Edn::Nil
         } else {
-            edn::parse(value_text).map_err(|e| line_error(name, line, format!("bad value {value_text:?}: {e}")))?
+            edn::parse(value_text)
+                .map_err(|e| line_error(name, line, format!("bad value {value_text:?}: {e}")))?
         };
         let value = event_value(kind, &edn).map_err(|m| line_error(name, line, m))?;
         let mut event = HistoryEvent::new(process, kind, f, value).at(line as u64);
@@ -237,6 +273,7 @@ pub fn parse_jepsen_log(text: &str, name: &str) -> Result<LoadedHistory, FormatE
         }
         loaded.push(line, event);
     }
+    unwrap_independent(&mut loaded.events);
     Ok(loaded)
 }
 
@@ -252,26 +289,55 @@ fn edn_key(value: &Edn) -> Result<Option<String>, String> {
 
 /// Parses a Jepsen EDN history: one map per line with `:process`, `:type`,
 /// `:f`, optional `:key` and `:value`; other keys are ignored. Blank lines,
-/// `;` comments and a wrapping `[` ... `]` are skipped; operations of
-/// non-integer processes (`:nemesis`) are skipped.
+/// `;` comments and a wrapping `[` ... `]` or `(` ... `)` are skipped, and
+/// a map may continue over several lines; operations of
+/// non-integer processes (`:nemesis`) are skipped. Register histories of
+/// Jepsen's `independent` workloads (`:value [key value]`) are split by key.
 pub fn parse_jepsen_edn(text: &str, name: &str) -> Result<LoadedHistory, FormatError> {
-    let mut loaded = LoadedHistory { name: name.to_owned(), ..LoadedHistory::default() };
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
-        let mut body = raw.trim();
-        if let Some(rest) = body.strip_prefix('[') {
-            body = rest.trim_start();
+    let mut loaded = LoadedHistory {
+        name: name.to_owned(),
+        ..LoadedHistory::default()
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    let mut next = 0;
+    while next < lines.len() {
+        let line = next + 1;
+        next += 1;
+        let mut body = lines[line - 1].trim();
+        // A history printed as one vector or list: `[{...}` first,
+        // `{...}]` last (or `(` ... `)`).
+        if let Some(rest) = body
+            .strip_prefix(['[', '('])
+            .map(str::trim_start)
+            .filter(|r| r.starts_with('{'))
+        {
+            body = rest;
         }
-        if body.starts_with('{') {
-            if let Some(rest) = body.strip_suffix(']') {
-                body = rest.trim_end();
-            }
-        }
-        if body.is_empty() || body.starts_with(';') || body == "]" {
+        if body.is_empty() || body.starts_with(';') || body == "]" || body == ")" {
             loaded.ignored_lines += 1;
             continue;
         }
-        let map = edn::parse(body).map_err(|e| line_error(name, line, format!("bad EDN: {e}")))?;
+        // A pretty-printed map may span several lines: extend it until it
+        // is complete.
+        let mut buf = body.to_owned();
+        let map = loop {
+            let form = if buf.starts_with('{') {
+                buf.trim_end().strip_suffix([']', ')']).unwrap_or(&buf)
+            } else {
+                &buf
+            };
+            match edn::parse(form) {
+                Ok(map) => break map,
+                Err(edn::EdnError::UnexpectedEnd { .. })
+                    if buf.starts_with('{') && next < lines.len() =>
+                {
+                    buf.push('\n');
+                    buf.push_str(lines[next]);
+                    next += 1;
+                }
+                Err(e) => return Err(line_error(name, line, format!("bad EDN: {e}"))),
+            }
+        };
         if !matches!(map, Edn::Map(_)) {
             return Err(line_error(name, line, "expected a map per line"));
         }
@@ -292,18 +358,60 @@ pub fn parse_jepsen_edn(text: &str, name: &str) -> Result<LoadedHistory, FormatE
             None => return Err(line_error(name, line, "missing :type")),
         };
         let f = match map.get("f") {
-            Some(Edn::Keyword(f) | Edn::Str(f) | Edn::Symbol(f)) => {
-                Function::from_name(f).ok_or_else(|| line_error(name, line, format!("unknown :f {f}")))?
-            }
+            Some(Edn::Keyword(f) | Edn::Str(f) | Edn::Symbol(f)) => Function::from_name(f)
+                .ok_or_else(|| line_error(name, line, format!("unknown :f {f}")))?,
             Some(other) => return Err(line_error(name, line, format!("bad :f {other}"))),
             None => return Err(line_error(name, line, "missing :f")),
         };
         let value = event_value(kind, map.get("value").unwrap_or(&Edn::Nil))
             .map_err(|m| line_error(name, line, format!(":value: {m}")))?;
-        let key = edn_key(map.get("key").unwrap_or(&Edn::Nil)).map_err(|m| line_error(name, line, m))?;
+        let key =
+            edn_key(map.get("key").unwrap_or(&Edn::Nil)).map_err(|m| line_error(name, line, m))?;
         let mut event = HistoryEvent::new(process, kind, f, value).at(line as u64);
         event.key = key;
         loaded.push(line, event);
     }
+    unwrap_independent(&mut loaded.events);
     Ok(loaded)
+}
+
+/// Register histories of Jepsen's `independent` workloads carry no `:key`
+/// but `[key value]` tuples: reads `[k nil]`, writes `[k v]`, cas
+/// `[k [from to]]`. If every register invoke has that shape (plain ones
+/// never do: plain reads are nil, writes scalars, cas pairs of scalars),
+/// the tuples are split into key and value.
+fn unwrap_independent(events: &mut [HistoryEvent]) {
+    let tuple = |e: &HistoryEvent| -> bool {
+        match (&e.value, e.f) {
+            (Value::List(kv), Function::Read | Function::Write) => kv.len() == 2,
+            (Value::List(kv), Function::Cas) => {
+                kv.len() == 2 && matches!(&kv[1], Value::List(pair) if pair.len() == 2)
+            }
+            _ => false,
+        }
+    };
+    let register =
+        |e: &HistoryEvent| matches!(e.f, Function::Read | Function::Write | Function::Cas);
+    let mut invokes = events
+        .iter()
+        .filter(|e| e.kind == EventKind::Invoke && register(e))
+        .peekable();
+    if invokes.peek().is_none()
+        || events.iter().any(|e| e.key.is_some())
+        || !invokes.all(|e| tuple(e))
+    {
+        return;
+    }
+    for e in events.iter_mut().filter(|e| register(e)) {
+        if let Value::List(kv) = &mut e.value {
+            if kv.len() == 2 {
+                let value = kv.pop().unwrap_or_default();
+                e.key = Some(match kv.pop().unwrap_or_default() {
+                    Value::Str(s) => s,
+                    other => other.to_string(),
+                });
+                e.value = value;
+            }
+        }
+    }
 }

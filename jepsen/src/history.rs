@@ -139,7 +139,10 @@ impl Function {
     pub fn is_watch_observation(self) -> bool {
         matches!(
             self,
-            Function::Watch | Function::WatchResume | Function::WatchEvent | Function::WatchProgress
+            Function::Watch
+                | Function::WatchResume
+                | Function::WatchEvent
+                | Function::WatchProgress
         )
     }
 }
@@ -316,10 +319,11 @@ pub fn parse_jsonl(text: &str) -> Result<Vec<(usize, HistoryEvent)>, HistoryErro
         if trimmed.is_empty() {
             continue;
         }
-        let event: HistoryEvent = serde_json::from_str(trimmed).map_err(|e| HistoryError::Parse {
-            line: i + 1,
-            message: e.to_string(),
-        })?;
+        let event: HistoryEvent =
+            serde_json::from_str(trimmed).map_err(|e| HistoryError::Parse {
+                line: i + 1,
+                message: e.to_string(),
+            })?;
         out.push((i + 1, event));
     }
     Ok(out)
@@ -327,7 +331,10 @@ pub fn parse_jsonl(text: &str) -> Result<Vec<(usize, HistoryEvent)>, HistoryErro
 
 /// Reads a JSON Lines history file (see [`parse_jsonl`]).
 pub fn read_jsonl(path: &Path) -> Result<Vec<(usize, HistoryEvent)>, HistoryError> {
-    let text = std::fs::read_to_string(path).map_err(|source| HistoryError::Io { path: path.to_path_buf(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| HistoryError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
     parse_jsonl(&text)
 }
 
@@ -355,7 +362,10 @@ impl HistoryWriter {
     /// Creates (truncating) the history file.
     pub fn create(path: impl AsRef<Path>) -> Result<HistoryWriter, HistoryError> {
         let path = path.as_ref().to_path_buf();
-        let file = File::create(&path).map_err(|source| HistoryError::Io { path: path.clone(), source })?;
+        let file = File::create(&path).map_err(|source| HistoryError::Io {
+            path: path.clone(),
+            source,
+        })?;
         Ok(Self::from_file(path, file))
     }
 
@@ -367,7 +377,10 @@ impl HistoryWriter {
             .create(true)
             .append(true)
             .open(&path)
-            .map_err(|source| HistoryError::Io { path: path.clone(), source })?;
+            .map_err(|source| HistoryError::Io {
+                path: path.clone(),
+                source,
+            })?;
         Ok(Self::from_file(path, file))
     }
 
@@ -375,7 +388,10 @@ impl HistoryWriter {
         HistoryWriter {
             path,
             epoch: Instant::now(),
-            inner: Mutex::new(WriterInner { out: BufWriter::new(file), last_time: 0 }),
+            inner: Mutex::new(WriterInner {
+                out: BufWriter::new(file),
+                last_time: 0,
+            }),
         }
     }
 
@@ -405,7 +421,13 @@ impl HistoryWriter {
     }
 
     /// Records an invocation now.
-    pub fn invoke(&self, process: u64, f: Function, key: Option<&str>, value: Value) -> Result<u64, HistoryError> {
+    pub fn invoke(
+        &self,
+        process: u64,
+        f: Function,
+        key: Option<&str>,
+        value: Value,
+    ) -> Result<u64, HistoryError> {
         let mut event = HistoryEvent::new(process, EventKind::Invoke, f, value);
         event.key = key.map(str::to_owned);
         self.record_now(event)
@@ -428,14 +450,17 @@ impl HistoryWriter {
     /// Flushes buffered events to the file.
     pub fn flush(&self) -> Result<(), HistoryError> {
         let mut inner = self.inner.lock().map_err(|_| HistoryError::Poisoned)?;
-        inner
-            .out
-            .flush()
-            .map_err(|source| HistoryError::Io { path: self.path.clone(), source })
+        inner.out.flush().map_err(|source| HistoryError::Io {
+            path: self.path.clone(),
+            source,
+        })
     }
 
     fn write_line(&self, inner: &mut WriterInner, line: &str) -> Result<(), HistoryError> {
-        let io_err = |source| HistoryError::Io { path: self.path.clone(), source };
+        let io_err = |source| HistoryError::Io {
+            path: self.path.clone(),
+            source,
+        };
         inner.out.write_all(line.as_bytes()).map_err(io_err)?;
         inner.out.write_all(b"\n").map_err(io_err)
     }
@@ -443,6 +468,8 @@ impl HistoryWriter {
 
 impl fmt::Debug for HistoryWriter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HistoryWriter").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("HistoryWriter")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }

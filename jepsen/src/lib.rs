@@ -13,6 +13,8 @@
 //! * [`synth`]: random linearizable histories and guaranteed anomalies, for
 //!   tests and benchmarks.
 
+#![warn(missing_docs)]
+
 pub mod edn;
 pub mod formats;
 pub mod history;
@@ -24,7 +26,9 @@ pub mod timeline;
 pub mod watch;
 
 pub use formats::{Format, FormatError, LoadedHistory};
-pub use history::{ChangeKind, EventKind, Function, HistoryError, HistoryEvent, HistoryWriter, Value};
+pub use history::{
+    ChangeKind, EventKind, Function, HistoryError, HistoryEvent, HistoryWriter, Value,
+};
 pub use linear::{check, check_operations, KeyFailure, LinearReport, ModelKind};
 pub use model::{CasRegister, KvMap, Model, ModelError};
 pub use ops::{pair_events, Operation, Outcome, PairError};

@@ -132,7 +132,11 @@ impl Model for CasRegister {
                     found: other.clone(),
                 }),
             },
-            f => Err(ModelError::UnsupportedFunction { index: op.index, model: self.name(), f }),
+            f => Err(ModelError::UnsupportedFunction {
+                index: op.index,
+                model: self.name(),
+                f,
+            }),
         }
     }
 
@@ -179,7 +183,8 @@ impl Model for CasRegister {
             RegisterOp::Write(v) | RegisterOp::Cas(_, v) => Some(v.clone()),
             RegisterOp::Read(_) => None,
         };
-        let mut producers: std::collections::HashMap<Value, usize> = std::collections::HashMap::new();
+        let mut producers: std::collections::HashMap<Value, usize> =
+            std::collections::HashMap::new();
         for (op, _) in ops {
             if let Some(v) = installs(op) {
                 *producers.entry(v).or_default() += 1;
@@ -255,7 +260,11 @@ impl Model for KvMap {
             },
             Function::Put => Ok(Some(KvOp::Put(Self::string_of(op, &op.value, true)?))),
             Function::Append => Ok(Some(KvOp::Append(Self::string_of(op, &op.value, true)?))),
-            f => Err(ModelError::UnsupportedFunction { index: op.index, model: self.name(), f }),
+            f => Err(ModelError::UnsupportedFunction {
+                index: op.index,
+                model: self.name(),
+                f,
+            }),
         }
     }
 
@@ -313,12 +322,16 @@ impl Model for KvMap {
                 KvOp::Get(_) => None,
             })
             .collect();
-        let firsts: std::collections::HashSet<char> = written.iter().filter_map(|w| w.chars().next()).collect();
-        let lasts: std::collections::HashSet<char> = written.iter().filter_map(|w| w.chars().last()).collect();
+        let firsts: std::collections::HashSet<char> =
+            written.iter().filter_map(|w| w.chars().next()).collect();
+        let lasts: std::collections::HashSet<char> =
+            written.iter().filter_map(|w| w.chars().last()).collect();
         let self_delimiting = written.iter().all(|w| {
             let n = w.chars().count();
             n > 0
-                && w.chars().enumerate().all(|(i, c)| (i == 0 || !firsts.contains(&c)) && (i + 1 == n || !lasts.contains(&c)))
+                && w.chars().enumerate().all(|(i, c)| {
+                    (i == 0 || !firsts.contains(&c)) && (i + 1 == n || !lasts.contains(&c))
+                })
         });
         if !self_delimiting {
             return none;
@@ -328,14 +341,18 @@ impl Model for KvMap {
             *count.entry(w).or_default() += 1;
         }
         for (i, (op, indeterminate)) in ops.iter().enumerate() {
-            let (KvOp::Put(v) | KvOp::Append(v)) = op else { continue };
+            let (KvOp::Put(v) | KvOp::Append(v)) = op else {
+                continue;
+            };
             if !indeterminate || count[v.as_str()] != 1 {
                 continue;
             }
             none[i] = ops
                 .iter()
                 .enumerate()
-                .filter(|(_, (other, ind))| !ind && matches!(other, KvOp::Get(r) if r.contains(v.as_str())))
+                .filter(|(_, (other, ind))| {
+                    !ind && matches!(other, KvOp::Get(r) if r.contains(v.as_str()))
+                })
                 .map(|(j, _)| j)
                 .collect();
         }

@@ -35,7 +35,9 @@ pub enum PairError {
         f: Function,
     },
     /// The completion's function or key differs from the invoke's.
-    #[error("completion {found} does not match the outstanding invoke {expected} of process {process}")]
+    #[error(
+        "completion {found} does not match the outstanding invoke {expected} of process {process}"
+    )]
     Mismatch {
         /// Index of the completion event.
         event: usize,
@@ -52,7 +54,8 @@ impl PairError {
     /// Index of the offending event.
     pub fn event(&self) -> usize {
         match self {
-            PairError::CompletionWithoutInvoke { event, .. } | PairError::Mismatch { event, .. } => *event,
+            PairError::CompletionWithoutInvoke { event, .. }
+            | PairError::Mismatch { event, .. } => *event,
         }
     }
 }

@@ -94,7 +94,14 @@ struct Sim {
 }
 
 impl Sim {
-    fn emit(&mut self, process: u64, kind: EventKind, f: Function, key: &Option<String>, value: Value) {
+    fn emit(
+        &mut self,
+        process: u64,
+        kind: EventKind,
+        f: Function,
+        key: &Option<String>,
+        value: Value,
+    ) {
         self.time += 1 + self.rng.gen_range(0..3);
         let mut e = HistoryEvent::new(process, kind, f, value).at(self.time);
         e.key = key.clone();
@@ -121,7 +128,11 @@ impl Sim {
             (SynthModel::Register, 4..=6) => (Function::Write, self.value()),
             (SynthModel::Register, _) => {
                 let current = self.state.get(&key).cloned().unwrap_or(Value::Nil);
-                let from = if self.rng.gen_bool(0.5) { current } else { self.value() };
+                let from = if self.rng.gen_bool(0.5) {
+                    current
+                } else {
+                    self.value()
+                };
                 (Function::Cas, Value::pair(from, self.value()))
             }
             (SynthModel::Kv, 0..=4) => (Function::Get, Value::Nil),
@@ -137,7 +148,12 @@ impl Sim {
                 (Function::Append, Value::Str(format!("<{n}>")))
             }
         };
-        InFlight { f, key, value, decided: None }
+        InFlight {
+            f,
+            key,
+            value,
+            decided: None,
+        }
     }
 
     /// The linearization point: decides the outcome and applies the effect.
@@ -149,10 +165,14 @@ impl Sim {
             return Decision::Fail;
         }
         let apply = !info || self.rng.gen_bool(0.5);
-        let current = self.state.get(&op.key).cloned().unwrap_or(match self.cfg.model {
-            SynthModel::Register => Value::Nil,
-            SynthModel::Kv => Value::Str(String::new()),
-        });
+        let current = self
+            .state
+            .get(&op.key)
+            .cloned()
+            .unwrap_or(match self.cfg.model {
+                SynthModel::Register => Value::Nil,
+                SynthModel::Kv => Value::Str(String::new()),
+            });
         let (next, output, possible) = match (op.f, &op.value) {
             (Function::Write | Function::Put, v) => (Some(v.clone()), Value::Nil, true),
             (Function::Append, Value::Str(s)) => match &current {
@@ -216,8 +236,10 @@ pub fn generate(cfg: &SynthConfig) -> Vec<HistoryEvent> {
             Some(op) => complete(&mut sim, &mut ids, s, processes, op),
         }
     }
-    for s in 0..processes {
-        let Some(mut op) = slots[s].take() else { continue };
+    for (s, slot) in slots.iter_mut().enumerate() {
+        let Some(mut op) = slot.take() else {
+            continue;
+        };
         if cfg.leave_pending && sim.rng.gen_bool(0.5) {
             if op.decided.is_none() && sim.rng.gen_bool(0.5) {
                 sim.decide(&op);
@@ -236,7 +258,11 @@ fn complete(sim: &mut Sim, ids: &mut [u64], slot: usize, processes: usize, op: I
     let process = ids[slot];
     match op.decided {
         Some(Decision::Ok(output)) => {
-            let value = if matches!(op.f, Function::Read | Function::Get) { output } else { op.value };
+            let value = if matches!(op.f, Function::Read | Function::Get) {
+                output
+            } else {
+                op.value
+            };
             sim.emit(process, EventKind::Ok, op.f, &op.key, value);
         }
         Some(Decision::Fail) => sim.emit(process, EventKind::Fail, op.f, &op.key, op.value),
@@ -315,27 +341,47 @@ fn set_input(events: &mut [HistoryEvent], op: &Operation, value: Value) {
 /// Plants `anomaly` at a random suitable place; returns false (leaving the
 /// history unchanged) if the history has no suitable place.
 pub fn inject(events: &mut [HistoryEvent], anomaly: Anomaly, seed: u64) -> bool {
-    let Ok(ops) = pair_events(events) else { return false };
+    let Ok(ops) = pair_events(events) else {
+        return false;
+    };
     let mut rng = StdRng::seed_from_u64(seed);
-    let kv = ops.iter().any(|op| matches!(op.f, Function::Get | Function::Put | Function::Append));
+    let kv = ops
+        .iter()
+        .any(|op| matches!(op.f, Function::Get | Function::Put | Function::Append));
     let fresh = max_int(events) + 1_000_000;
-    let fresh_value = if kv { Value::str("\u{2620}") } else { Value::Int(fresh) };
+    let fresh_value = if kv {
+        Value::str("\u{2620}")
+    } else {
+        Value::Int(fresh)
+    };
     let pick = |candidates: Vec<&Operation>, rng: &mut StdRng| -> Option<Operation> {
         (!candidates.is_empty()).then(|| candidates[rng.gen_range(0..candidates.len())].clone())
     };
     match anomaly {
         Anomaly::NeverWrittenRead => {
-            let Some(r) = pick(ops.iter().filter(|o| is_read(o)).collect(), &mut rng) else { return false };
+            let Some(r) = pick(ops.iter().filter(|o| is_read(o)).collect(), &mut rng) else {
+                return false;
+            };
             set_output(events, &r, fresh_value);
             true
         }
         Anomaly::FailedWriteVisible => {
             let writes: Vec<&Operation> = ops
                 .iter()
-                .filter(|o| o.outcome == Outcome::Fail && matches!(o.f, Function::Write | Function::Put | Function::Append))
+                .filter(|o| {
+                    o.outcome == Outcome::Fail
+                        && matches!(o.f, Function::Write | Function::Put | Function::Append)
+                })
                 .collect();
-            let Some(w) = pick(writes, &mut rng) else { return false };
-            let Some(r) = pick(ops.iter().filter(|o| is_read(o) && o.key == w.key).collect(), &mut rng) else {
+            let Some(w) = pick(writes, &mut rng) else {
+                return false;
+            };
+            let Some(r) = pick(
+                ops.iter()
+                    .filter(|o| is_read(o) && o.key == w.key)
+                    .collect(),
+                &mut rng,
+            ) else {
                 return false;
             };
             set_input(events, &w, fresh_value.clone());
@@ -343,9 +389,16 @@ pub fn inject(events: &mut [HistoryEvent], anomaly: Anomaly, seed: u64) -> bool 
             true
         }
         Anomaly::WrongCas => {
-            let cas: Vec<&Operation> = ops.iter().filter(|o| o.f == Function::Cas && o.outcome == Outcome::Ok).collect();
-            let Some(c) = pick(cas, &mut rng) else { return false };
-            let Value::List(pair) = &c.value else { return false };
+            let cas: Vec<&Operation> = ops
+                .iter()
+                .filter(|o| o.f == Function::Cas && o.outcome == Outcome::Ok)
+                .collect();
+            let Some(c) = pick(cas, &mut rng) else {
+                return false;
+            };
+            let Value::List(pair) = &c.value else {
+                return false;
+            };
             set_input(events, &c, Value::pair(fresh_value, pair[1].clone()));
             true
         }
@@ -355,7 +408,10 @@ pub fn inject(events: &mut [HistoryEvent], anomaly: Anomaly, seed: u64) -> bool 
 }
 
 fn inject_stale(events: &mut [HistoryEvent], ops: &[Operation], rng: &mut StdRng) -> bool {
-    let mut reads: Vec<&Operation> = ops.iter().filter(|o| is_read(o) && o.f == Function::Read).collect();
+    let mut reads: Vec<&Operation> = ops
+        .iter()
+        .filter(|o| is_read(o) && o.f == Function::Read)
+        .collect();
     // Random order of attempts.
     for i in (1..reads.len()).rev() {
         reads.swap(i, rng.gen_range(0..=i));
@@ -370,14 +426,18 @@ fn inject_stale(events: &mut [HistoryEvent], ops: &[Operation], rng: &mut StdRng
                 && o.complete_time.is_some_and(|t| t < r.invoke_time)
         }) {
             let Some(b) = produces(w) else { continue };
-            let mut values: Vec<Value> = same_key.iter().filter_map(|o| produces(o).cloned()).collect();
+            let mut values: Vec<Value> = same_key
+                .iter()
+                .filter_map(|o| produces(o).cloned())
+                .collect();
             values.push(Value::Nil);
             for a in values.into_iter().filter(|a| a != b && *a != r.output) {
                 let safe = same_key.iter().all(|p| {
                     if produces(p) != Some(&a) || p.outcome == Outcome::Fail {
                         return true;
                     }
-                    let before = p.outcome == Outcome::Ok && p.complete_time.is_some_and(|t| t < w.invoke_time);
+                    let before = p.outcome == Outcome::Ok
+                        && p.complete_time.is_some_and(|t| t < w.invoke_time);
                     before || p.invoke_time > r_end
                 });
                 if safe && (a != Value::Nil || w.invoke_time > 0) {
@@ -392,11 +452,18 @@ fn inject_stale(events: &mut [HistoryEvent], ops: &[Operation], rng: &mut StdRng
 
 fn inject_swap(events: &mut [HistoryEvent], ops: &[Operation], rng: &mut StdRng) -> bool {
     let reads: Vec<&Operation> = ops.iter().filter(|o| is_read(o)).collect();
-    let start = if reads.is_empty() { 0 } else { rng.gen_range(0..reads.len()) };
+    let start = if reads.is_empty() {
+        0
+    } else {
+        rng.gen_range(0..reads.len())
+    };
     for k in 0..reads.len() {
         let r1 = reads[(start + k) % reads.len()];
         let r1_end = r1.complete_time.unwrap_or(u64::MAX);
-        for r2 in reads.iter().filter(|o| o.key == r1.key && o.output != r1.output && o.output != Value::Nil) {
+        for r2 in reads
+            .iter()
+            .filter(|o| o.key == r1.key && o.output != r1.output && o.output != Value::Nil)
+        {
             let b = &r2.output;
             let impossible = match (b, r1.f) {
                 (Value::Str(s), Function::Get) => {
@@ -410,7 +477,9 @@ fn inject_swap(events: &mut [HistoryEvent], ops: &[Operation], rng: &mut StdRng)
                 }
                 (_, Function::Read) => ops
                     .iter()
-                    .filter(|p| p.key == r1.key && p.outcome != Outcome::Fail && produces(p) == Some(b))
+                    .filter(|p| {
+                        p.key == r1.key && p.outcome != Outcome::Fail && produces(p) == Some(b)
+                    })
                     .all(|p| p.invoke_time > r1_end),
                 _ => false,
             };

@@ -102,7 +102,11 @@ pub fn render_html(
             (false, Outcome::Info) => ("#ffcc80", "#ef6c00", 1),
             (false, Outcome::Fail) => ("#e0e0e0", "#9e9e9e", 1),
         };
-        let dash = if open { r#" stroke-dasharray="4 3""# } else { "" };
+        let dash = if open {
+            r#" stroke-dasharray="4 3""#
+        } else {
+            ""
+        };
         let _ = write!(
             svg,
             r#"<g><title>{}</title><rect x="{x0}" y="{y}" width="{w}" height="{BAR}" rx="3" fill="{fill}" stroke="{stroke}" stroke-width="{stroke_width}"{dash}/>"#,

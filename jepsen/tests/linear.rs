@@ -25,11 +25,18 @@ fn kv(lines: &str) -> LinearReport {
 }
 
 fn assert_ok(report: &LinearReport) {
-    assert!(report.is_linearizable(), "expected linearizable, got:\n{report}");
+    assert!(
+        report.is_linearizable(),
+        "expected linearizable, got:\n{report}"
+    );
 }
 
 fn assert_bad(report: &LinearReport) -> keelson_jepsen::KeyFailure {
-    assert!(!report.is_linearizable(), "expected a violation, got: {}", report.summary());
+    assert!(
+        !report.is_linearizable(),
+        "expected a violation, got: {}",
+        report.summary()
+    );
     report.failures[0].clone()
 }
 
@@ -284,7 +291,9 @@ fn double_invoke_leaves_first_indeterminate() {
     let ops = pair_events(&events).expect("pairs");
     assert_eq!(ops[0].outcome, Outcome::Info);
     assert_eq!(ops[0].complete_time, None);
-    assert!(check(ModelKind::CasRegister, &ops).expect("fits").is_linearizable());
+    assert!(check(ModelKind::CasRegister, &ops)
+        .expect("fits")
+        .is_linearizable());
 }
 
 #[test]
@@ -302,14 +311,23 @@ fn failure_report_and_timeline() {
     let failure = assert_bad(&report);
     assert_eq!(failure.key, None);
     assert_eq!(failure.blocked.process, 1);
-    assert!(failure.window.iter().any(|op| op.index == failure.blocked.index));
-    assert!(failure.window.iter().any(|op| op.process == 3), "concurrent op shown");
+    assert!(failure
+        .window
+        .iter()
+        .any(|op| op.index == failure.blocked.index));
+    assert!(
+        failure.window.iter().any(|op| op.process == 3),
+        "concurrent op shown"
+    );
     let text = failure.render_text();
     assert!(text.contains("cannot linearize"), "{text}");
     assert!(text.contains("<== cannot be linearized"), "{text}");
     let html = failure.timeline_html();
     assert!(html.starts_with("<!DOCTYPE html>"));
-    assert!(html.contains("<svg") && html.contains("#ef5350"), "highlighted bar");
+    assert!(
+        html.contains("<svg") && html.contains("#ef5350"),
+        "highlighted bar"
+    );
     assert!(html.contains(">p3<"), "lane per process");
     assert!(report.summary().starts_with("NOT linearizable"));
 }
@@ -323,16 +341,23 @@ fn model_errors() {
     let ops = pair_events(&events).expect("pairs");
     assert!(matches!(
         check(ModelKind::CasRegister, &ops),
-        Err(ModelError::UnsupportedFunction { f: Function::Get, .. })
+        Err(ModelError::UnsupportedFunction {
+            f: Function::Get,
+            ..
+        })
     ));
     let events = vec![HistoryEvent::new(1, EventKind::Invoke, Function::Cas, Value::Int(3)).at(1)];
     let ops = pair_events(&events).expect("pairs");
-    assert!(matches!(check(ModelKind::CasRegister, &ops), Err(ModelError::BadValue { .. })));
+    assert!(matches!(
+        check(ModelKind::CasRegister, &ops),
+        Err(ModelError::BadValue { .. })
+    ));
 }
 
 #[test]
 fn keyed_registers_are_checked_per_key() {
-    let mk = |p, kind, f, v: Value, key: &str, t| HistoryEvent::new(p, kind, f, v).with_key(key).at(t);
+    let mk =
+        |p, kind, f, v: Value, key: &str, t| HistoryEvent::new(p, kind, f, v).with_key(key).at(t);
     let events = vec![
         mk(0, EventKind::Invoke, Function::Write, Value::Int(1), "a", 1),
         mk(0, EventKind::Ok, Function::Write, Value::Int(1), "a", 2),
@@ -368,19 +393,22 @@ fn kv_concurrent_appends_in_either_order() {
 
 #[test]
 fn kv_sequential_appends_keep_order() {
-    let failure = assert_bad(&kv(r#"{:process 0, :type :invoke, :f :append, :key "k", :value "a"}
+    let failure = assert_bad(&kv(
+        r#"{:process 0, :type :invoke, :f :append, :key "k", :value "a"}
         {:process 0, :type :ok, :f :append, :key "k", :value "a"}
         {:process 0, :type :invoke, :f :append, :key "k", :value "b"}
         {:process 0, :type :ok, :f :append, :key "k", :value "b"}
         {:process 2, :type :invoke, :f :get, :key "k", :value nil}
-        {:process 2, :type :ok, :f :get, :key "k", :value "ba"}"#));
+        {:process 2, :type :ok, :f :get, :key "k", :value "ba"}"#,
+    ));
     assert_eq!(failure.key.as_deref(), Some("k"));
     assert_eq!(failure.final_state, "\"ab\"");
 }
 
 #[test]
 fn kv_missing_key_reads_empty_and_put_replaces() {
-    assert_ok(&kv(r#"{:process 0, :type :invoke, :f :get, :key "k", :value nil}
+    assert_ok(&kv(
+        r#"{:process 0, :type :invoke, :f :get, :key "k", :value nil}
         {:process 0, :type :ok, :f :get, :key "k", :value ""}
         {:process 0, :type :invoke, :f :get, :key "k", :value nil}
         {:process 0, :type :ok, :f :get, :key "k", :value nil}
@@ -391,27 +419,56 @@ fn kv_missing_key_reads_empty_and_put_replaces() {
         {:process 1, :type :invoke, :f :append, :key "k", :value "z"}
         {:process 1, :type :ok, :f :append, :key "k", :value "z"}
         {:process 0, :type :invoke, :f :get, :key "k", :value nil}
-        {:process 0, :type :ok, :f :get, :key "k", :value "yz"}"#));
+        {:process 0, :type :ok, :f :get, :key "k", :value "yz"}"#,
+    ));
 }
 
 #[test]
 fn kv_info_append_observed_later() {
-    assert_ok(&kv(r#"{:process 0, :type :invoke, :f :append, :key "k", :value "a"}
+    assert_ok(&kv(
+        r#"{:process 0, :type :invoke, :f :append, :key "k", :value "a"}
         {:process 0, :type :info, :f :append, :key "k", :value "a", :error :timeout}
         {:process 2, :type :invoke, :f :get, :key "k", :value nil}
         {:process 2, :type :ok, :f :get, :key "k", :value ""}
         {:process 2, :type :invoke, :f :get, :key "k", :value nil}
-        {:process 2, :type :ok, :f :get, :key "k", :value "a"}"#));
+        {:process 2, :type :ok, :f :get, :key "k", :value "a"}"#,
+    ));
 }
 
 #[test]
 fn kv_failure_in_one_key_names_it() {
-    let report = kv(r#"{:process 0, :type :invoke, :f :put, :key "1", :value "a"}
+    let report = kv(
+        r#"{:process 0, :type :invoke, :f :put, :key "1", :value "a"}
         {:process 0, :type :ok, :f :put, :key "1", :value "a"}
         {:process 1, :type :invoke, :f :put, :key "2", :value "b"}
         {:process 1, :type :ok, :f :put, :key "2", :value "b"}
         {:process 1, :type :invoke, :f :get, :key "2", :value nil}
-        {:process 1, :type :ok, :f :get, :key "2", :value "a"}"#);
+        {:process 1, :type :ok, :f :get, :key "2", :value "a"}"#,
+    );
     assert_eq!(assert_bad(&report).key.as_deref(), Some("2"));
     assert_eq!(report.keys, 2);
+}
+
+#[test]
+fn kv_observation_is_attributed_only_to_self_delimiting_tokens() {
+    // "a" occurs in the get's result, but inside "ba": the indeterminate
+    // append of "a" need not have happened.
+    assert_ok(&kv(
+        r#"{:process 0, :type :invoke, :f :append, :key "k", :value "a"}
+        {:process 0, :type :info, :f :append, :key "k", :value "a"}
+        {:process 1, :type :invoke, :f :append, :key "k", :value "ba"}
+        {:process 1, :type :ok, :f :append, :key "k", :value "ba"}
+        {:process 1, :type :invoke, :f :get, :key "k", :value nil}
+        {:process 1, :type :ok, :f :get, :key "k", :value "ba"}"#,
+    ));
+    // With token-shaped values the observed indeterminate append must
+    // precede the get that saw it, and nothing may undo it.
+    assert_bad(&kv(
+        r#"{:process 0, :type :invoke, :f :append, :key "k", :value "x 0 y"}
+        {:process 0, :type :info, :f :append, :key "k", :value "x 0 y"}
+        {:process 1, :type :invoke, :f :get, :key "k", :value nil}
+        {:process 1, :type :ok, :f :get, :key "k", :value "x 0 y"}
+        {:process 1, :type :invoke, :f :get, :key "k", :value nil}
+        {:process 1, :type :ok, :f :get, :key "k", :value ""}"#,
+    ));
 }

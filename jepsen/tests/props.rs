@@ -36,24 +36,37 @@ fn config() -> impl Strategy<Value = SynthConfig> {
         any::<bool>(),
         any::<bool>(),
     )
-        .prop_map(|(seed, processes, operations, model, keys, value_range, fail, info, pending, reuse)| {
-            SynthConfig {
-                model,
+        .prop_map(
+            |(
+                seed,
                 processes,
                 operations,
+                model,
                 keys,
                 value_range,
-                fail_rate: fail,
-                info_rate: info,
-                leave_pending: pending,
-                reuse_process_after_info: reuse,
-                seed,
-            }
-        })
+                fail,
+                info,
+                pending,
+                reuse,
+            )| {
+                SynthConfig {
+                    model,
+                    processes,
+                    operations,
+                    keys,
+                    value_range,
+                    fail_rate: fail,
+                    info_rate: info,
+                    leave_pending: pending,
+                    reuse_process_after_info: reuse,
+                    seed,
+                }
+            },
+        )
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn simulated_histories_are_linearizable(cfg in config()) {
@@ -153,8 +166,16 @@ fn brute_force<M: Model>(model: &M, ops: &[Operation]) -> bool {
     explore(model, &compiled, &mut used, &model.init())
 }
 
-fn explore<M: Model>(model: &M, ops: &[(&Operation, M::Op)], used: &mut [bool], state: &M::State) -> bool {
-    let all_ok_done = ops.iter().zip(used.iter()).all(|((op, _), &u)| u || op.outcome != Outcome::Ok);
+fn explore<M: Model>(
+    model: &M,
+    ops: &[(&Operation, M::Op)],
+    used: &mut [bool],
+    state: &M::State,
+) -> bool {
+    let all_ok_done = ops
+        .iter()
+        .zip(used.iter())
+        .all(|((op, _), &u)| u || op.outcome != Outcome::Ok);
     if all_ok_done {
         return true;
     }
@@ -165,7 +186,8 @@ fn explore<M: Model>(model: &M, ops: &[(&Operation, M::Op)], used: &mut [bool], 
         let candidate = ops[i].0;
         // Minimal: no unused ok op completed before this one was invoked.
         let minimal = ops.iter().zip(used.iter()).all(|((op, _), &u)| {
-            u || op.outcome != Outcome::Ok || op.complete_time.is_none_or(|t| t >= candidate.invoke_time)
+            u || op.outcome != Outcome::Ok
+                || op.complete_time.is_none_or(|t| t >= candidate.invoke_time)
         });
         if !minimal {
             continue;
@@ -197,7 +219,11 @@ fn anomaly_injection_is_not_vacuous() {
         ),
         (
             SynthModel::Kv,
-            vec![Anomaly::NeverWrittenRead, Anomaly::FailedWriteVisible, Anomaly::SwappedReads],
+            vec![
+                Anomaly::NeverWrittenRead,
+                Anomaly::FailedWriteVisible,
+                Anomaly::SwappedReads,
+            ],
         ),
     ] {
         for anomaly in anomalies {
@@ -216,10 +242,16 @@ fn anomaly_injection_is_not_vacuous() {
                 assert!(verdict(model, &events), "clean history {seed} must pass");
                 if inject(&mut events, anomaly, seed) {
                     planted += 1;
-                    assert!(!verdict(model, &events), "{anomaly:?} seed {seed} not detected");
+                    assert!(
+                        !verdict(model, &events),
+                        "{anomaly:?} seed {seed} not detected"
+                    );
                 }
             }
-            assert!(planted >= 20, "{model:?} {anomaly:?}: planted only {planted} of 40");
+            assert!(
+                planted >= 20,
+                "{model:?} {anomaly:?}: planted only {planted} of 40"
+            );
         }
     }
 }

@@ -3,6 +3,8 @@
 //! Exit codes: 0 = valid (linearizable / watch streams correct), 1 = not,
 //! 2 = unreadable input or bad usage.
 
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -12,7 +14,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 use keelson_jepsen::{formats, linear, watch, Format, ModelKind};
 
 #[derive(Parser)]
-#[command(name = "keelson-jepsen", about = "Jepsen-style consistency checks for Keelson histories")]
+#[command(
+    name = "keelson-jepsen",
+    about = "Jepsen-style consistency checks for Keelson histories"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -63,9 +68,6 @@ impl From<FormatArg> for Format {
     }
 }
 
-/// Failing keys explained in full; the rest are only listed.
-const MAX_DETAILED: usize = 3;
-
 /// Outcome of a command: valid, invalid, or unreadable input.
 enum Verdict {
     Valid,
@@ -74,9 +76,12 @@ enum Verdict {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let mut out = String::new();
     let result = match cli.command {
-        Command::Check(args) => check(&args),
+        Command::Check(args) => check(&args, &mut out),
     };
+    // A closed stdout (e.g. piped into `head`) must not turn into a panic.
+    let _ = std::io::stdout().lock().write_all(out.as_bytes());
     match result {
         Ok(Verdict::Valid) => ExitCode::SUCCESS,
         Ok(Verdict::Invalid) => ExitCode::from(1),
@@ -87,36 +92,50 @@ fn main() -> ExitCode {
     }
 }
 
-fn check(args: &CheckArgs) -> anyhow::Result<Verdict> {
+fn check(args: &CheckArgs, out: &mut String) -> anyhow::Result<Verdict> {
     let format = Format::from(args.format);
     let started = Instant::now();
     let history = formats::load(format, &args.file)?;
     match args.model {
         ModelArg::Watch => {
-            anyhow::ensure!(format == Format::Keelson, "--model watch needs --format keelson");
+            anyhow::ensure!(
+                format == Format::Keelson,
+                "--model watch needs --format keelson"
+            );
             let report = watch::check_loaded(&history)?;
-            print!("{report}");
-            Ok(if report.is_valid() { Verdict::Valid } else { Verdict::Invalid })
+            out.push_str(&report.to_string());
+            Ok(if report.is_valid() {
+                Verdict::Valid
+            } else {
+                Verdict::Invalid
+            })
         }
         ModelArg::CasRegister | ModelArg::Kv => {
-            let kind = if matches!(args.model, ModelArg::Kv) { ModelKind::Kv } else { ModelKind::CasRegister };
+            let kind = if matches!(args.model, ModelArg::Kv) {
+                ModelKind::Kv
+            } else {
+                ModelKind::CasRegister
+            };
             let ops = history.operations()?;
-            let report = linear::check(kind, &ops).with_context(|| format!("{}", args.file.display()))?;
-            println!("{} in {:.3}s", report.summary(), started.elapsed().as_secs_f64());
-            let Some(first) = report.failures.first() else { return Ok(Verdict::Valid) };
-            for failure in report.failures.iter().take(MAX_DETAILED) {
-                print!("{}", failure.render_text());
-            }
-            if report.failures.len() > MAX_DETAILED {
-                let rest: Vec<String> =
-                    report.failures[MAX_DETAILED..].iter().map(|f| format!("{:?}", f.key.as_deref().unwrap_or(""))).collect();
-                println!("also not linearizable: keys {}", rest.join(", "));
-            }
-            if let Some(out) = &args.timeline {
+            let report =
+                linear::check(kind, &ops).with_context(|| format!("{}", args.file.display()))?;
+            let _ = writeln!(
+                out,
+                "{} in {:.3}s",
+                report.summary(),
+                started.elapsed().as_secs_f64()
+            );
+            let Some(failure) = report.failures.first() else {
+                return Ok(Verdict::Valid);
+            };
+            out.push_str(&failure.render_text());
+            if let Some(path) = &args.timeline {
                 // The verdict stands even if the timeline cannot be written.
-                match std::fs::write(out, first.timeline_html()) {
-                    Ok(()) => println!("timeline of the first failing key written to {}", out.display()),
-                    Err(e) => eprintln!("warning: cannot write timeline {}: {e}", out.display()),
+                match std::fs::write(path, failure.timeline_html()) {
+                    Ok(()) => {
+                        let _ = writeln!(out, "timeline written to {}", path.display());
+                    }
+                    Err(e) => eprintln!("warning: cannot write timeline {}: {e}", path.display()),
                 }
             }
             Ok(Verdict::Invalid)

@@ -58,6 +58,8 @@ pub fn default_config(cluster_name: &str, retention: LogRetention) -> openraft::
         election_timeout_max: 1000,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(retention.snapshot_every),
         max_in_snapshot_log_to_keep: retention.keep_behind_snapshot,
+        // A follower further behind than the log kept gets a snapshot; closer, the log.
+        replication_lag_threshold: retention.snapshot_every + retention.keep_behind_snapshot,
         purge_batch_size: (retention.snapshot_every / 4).clamp(1, 1024),
         max_payload_entries: 512,
         ..Default::default()

@@ -87,7 +87,11 @@ pub(crate) struct Bitset {
 
 impl Bitset {
     pub(crate) fn new(len: usize) -> Bitset {
-        Bitset { words: vec![0; len.div_ceil(64).max(1)], hash: 0, high: 0 }
+        Bitset {
+            words: vec![0; len.div_ceil(64).max(1)],
+            hash: 0,
+            high: 0,
+        }
     }
 
     fn zobrist(i: usize) -> u64 {

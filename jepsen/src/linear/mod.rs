@@ -55,7 +55,9 @@ impl FromStr for ModelKind {
         match s {
             "cas-register" => Ok(ModelKind::CasRegister),
             "kv" => Ok(ModelKind::Kv),
-            other => Err(format!("unknown model `{other}` (expected cas-register or kv)")),
+            other => Err(format!(
+                "unknown model `{other}` (expected cas-register or kv)"
+            )),
         }
     }
 }
@@ -103,7 +105,11 @@ impl LinearReport {
             let keys: Vec<String> = self
                 .failures
                 .iter()
-                .map(|f| f.key.as_ref().map_or_else(|| "history".to_owned(), |k| format!("key {k:?}")))
+                .map(|f| {
+                    f.key
+                        .as_ref()
+                        .map_or_else(|| "history".to_owned(), |k| format!("key {k:?}"))
+                })
                 .collect();
             format!(
                 "NOT linearizable ({} failed; {} of {} keys left unchecked after that)",
@@ -138,9 +144,15 @@ pub fn check(kind: ModelKind, ops: &[Operation]) -> Result<LinearReport, ModelEr
     }
 }
 
+/// One key's operations: all of them (for reports) and the compiled ones.
+type KeyOps<'a, O> = (Vec<&'a Operation>, Vec<(&'a Operation, O)>);
+
 /// Checks `ops` against `model`, key by key. Fails only if an operation
 /// does not fit the model (wrong function or value shape).
-pub fn check_operations<M: Model>(model: &M, ops: &[Operation]) -> Result<LinearReport, ModelError> {
+pub fn check_operations<M: Model>(
+    model: &M,
+    ops: &[Operation],
+) -> Result<LinearReport, ModelError> {
     let mut report = LinearReport {
         model: model.name(),
         operations: ops.len(),
@@ -155,7 +167,7 @@ pub fn check_operations<M: Model>(model: &M, ops: &[Operation]) -> Result<Linear
         unchecked_keys: 0,
     };
     // Per key: every operation (for reports) and the compiled ones.
-    let mut keys: BTreeMap<Option<&str>, (Vec<&Operation>, Vec<(&Operation, M::Op)>)> = BTreeMap::new();
+    let mut keys: BTreeMap<Option<&str>, KeyOps<'_, M::Op>> = BTreeMap::new();
     for op in ops {
         let slot = keys.entry(op.key.as_deref()).or_default();
         slot.0.push(op);
@@ -187,15 +199,22 @@ pub fn check_operations<M: Model>(model: &M, ops: &[Operation]) -> Result<Linear
             compiled.sort_by_key(|(op, _)| (op.invoke_time, op.index));
             let ops = search_ops(model, &compiled);
             let sources = compiled.into_iter().map(|(op, _)| op).collect();
-            Key { key, all, sources, ops }
+            Key {
+                key,
+                all,
+                sources,
+                ops,
+            }
         })
         .collect();
 
     // Search all keys round-robin, a slice of steps at a time, and stop at
     // the first key that fails: a cheap failing key is found even when
     // another failing key would need an exhaustive search.
-    let mut searches: Vec<Option<KeySearch<'_, M>>> =
-        prepared.iter().map(|k| Some(KeySearch::new(model, &k.ops))).collect();
+    let mut searches: Vec<Option<KeySearch<'_, M>>> = prepared
+        .iter()
+        .map(|k| Some(KeySearch::new(model, &k.ops)))
+        .collect();
     let mut active = searches.len();
     while active > 0 && report.failures.is_empty() {
         for (i, slot) in searches.iter_mut().enumerate() {
@@ -209,9 +228,9 @@ pub fn check_operations<M: Model>(model: &M, ops: &[Operation]) -> Result<Linear
                     let k = &prepared[i];
                     if let Some(search) = slot.take() {
                         if let Some(blocked) = search.explain() {
-                            report
-                                .failures
-                                .push(report::build_failure(model, k.key, &k.all, &k.sources, &k.ops, &blocked));
+                            report.failures.push(report::build_failure(
+                                model, k.key, &k.all, &k.sources, &k.ops, &blocked,
+                            ));
                         }
                     }
                     active -= 1;
@@ -231,8 +250,10 @@ pub fn check_operations<M: Model>(model: &M, ops: &[Operation]) -> Result<Linear
 fn drop_unobservable<M: Model>(model: &M, compiled: &mut Vec<(&Operation, M::Op)>) -> usize {
     let mut dropped = 0;
     loop {
-        let view: Vec<(&M::Op, bool)> =
-            compiled.iter().map(|(op, c)| (c, op.outcome != Outcome::Ok)).collect();
+        let view: Vec<(&M::Op, bool)> = compiled
+            .iter()
+            .map(|(op, c)| (c, op.outcome != Outcome::Ok))
+            .collect();
         let drop = model.unobservable(&view);
         let count = drop.iter().filter(|&&d| d).count();
         if count == 0 {
@@ -253,7 +274,10 @@ fn search_ops<M: Model>(model: &M, compiled: &[(&Operation, M::Op)]) -> Vec<Sear
         Outcome::Ok => Some(op.complete_time.unwrap_or(op.invoke_time)),
         Outcome::Info | Outcome::Fail => None,
     };
-    let view: Vec<(&M::Op, bool)> = compiled.iter().map(|(op, c)| (c, op.outcome != Outcome::Ok)).collect();
+    let view: Vec<(&M::Op, bool)> = compiled
+        .iter()
+        .map(|(op, c)| (c, op.outcome != Outcome::Ok))
+        .collect();
     let observers = model.observers(&view);
     compiled
         .iter()
@@ -261,7 +285,12 @@ fn search_ops<M: Model>(model: &M, compiled: &[(&Operation, M::Op)]) -> Vec<Sear
         .map(|((op, c), seen_by)| SearchOp {
             op: c.clone(),
             call: op.invoke_time,
-            ret: definite_ret(op).or_else(|| seen_by.iter().filter_map(|&j| definite_ret(compiled[j].0)).min()),
+            ret: definite_ret(op).or_else(|| {
+                seen_by
+                    .iter()
+                    .filter_map(|&j| definite_ret(compiled[j].0))
+                    .min()
+            }),
         })
         .collect()
 }

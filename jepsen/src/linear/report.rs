@@ -74,7 +74,10 @@ pub(super) fn build_failure<M: Model>(
         if let Some(next) = model.step(&state, &ops[i].op) {
             state = next;
         }
-        linearization.push(LinearizedStep { op: sources[i].index, state_after: model.describe_state(&state) });
+        linearization.push(LinearizedStep {
+            op: sources[i].index,
+            state_after: model.describe_state(&state),
+        });
     }
 
     let tail_start = linearization.len().saturating_sub(TAIL);
@@ -147,7 +150,8 @@ impl KeyFailure {
             self.final_state
         );
         let tail_start = self.linearization.len().saturating_sub(TAIL);
-        let by_index: HashMap<usize, &Operation> = self.window.iter().map(|op| (op.index, op)).collect();
+        let by_index: HashMap<usize, &Operation> =
+            self.window.iter().map(|op| (op.index, op)).collect();
         for step in &self.linearization[tail_start..] {
             match by_index.get(&step.op) {
                 Some(op) => {
@@ -163,7 +167,10 @@ impl KeyFailure {
             "  sub-history around the failure ({} operations{}):",
             self.window.len(),
             if self.older_pending > 0 {
-                format!("; {} older indeterminate operations not shown", self.older_pending)
+                format!(
+                    "; {} older indeterminate operations not shown",
+                    self.older_pending
+                )
             } else {
                 String::new()
             }
@@ -184,7 +191,11 @@ impl KeyFailure {
 
     /// Position of each linearized operation in the linearization.
     fn order(&self) -> HashMap<usize, usize> {
-        self.linearization.iter().enumerate().map(|(i, s)| (s.op, i)).collect()
+        self.linearization
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.op, i))
+            .collect()
     }
 
     /// Self-contained HTML timeline of the sub-history (one lane per process,
@@ -206,6 +217,12 @@ impl KeyFailure {
                 String::new()
             }
         );
-        timeline::render_html(&title, &note, &self.window, Some(self.blocked.index), &self.order())
+        timeline::render_html(
+            &title,
+            &note,
+            &self.window,
+            Some(self.blocked.index),
+            &self.order(),
+        )
     }
 }

@@ -89,7 +89,11 @@ impl<'a, M: Model> KeySearch<'a, M> {
         debug_assert!(ops.windows(2).all(|w| w[0].call <= w[1].call));
         let mut machine = Machine::new(model, ops);
         let run = RunState::new(&mut machine, None);
-        KeySearch { machine, run, finished: None }
+        KeySearch {
+            machine,
+            run,
+            finished: None,
+        }
     }
 
     /// Runs at most `budget` search steps.
@@ -112,20 +116,34 @@ impl<'a, M: Model> KeySearch<'a, M> {
     /// After [`Progress::Illegal`]: replays the (deterministic) search up to
     /// the moment it first reached its furthest return entry and captures
     /// that configuration. Returns `None` if the search did not fail.
-    pub(crate) fn explain(mut self) -> Option<Blocked<M::State>> {
-        let Some(Run::Illegal(best)) = self.finished else { return None };
-        let mut replay = RunState::new(&mut self.machine, Some(best));
-        Some(match replay.advance(&mut self.machine, usize::MAX) {
+    pub(crate) fn explain(self) -> Option<Blocked<M::State>> {
+        let KeySearch {
+            mut machine,
+            run,
+            finished,
+        } = self;
+        let Some(Run::Illegal(best)) = finished else {
+            return None;
+        };
+        // Free the first run's memo before the replay builds its own.
+        drop(run);
+        let mut replay = RunState::new(&mut machine, Some(best));
+        Some(match replay.advance(&mut machine, usize::MAX) {
             Some(Run::Stopped(node, path, state)) => Blocked {
-                blocked: self.machine.node_op[node],
+                blocked: machine.node_op[node],
                 path,
-                state: self.machine.states[state as usize].clone(),
+                state: machine.states[state as usize].clone(),
             },
             // Unreachable for a deterministic search: report without a path.
             _ => Blocked {
-                blocked: self.machine.node_op.get(best).copied().filter(|&op| op != NONE).unwrap_or(0),
+                blocked: machine
+                    .node_op
+                    .get(best)
+                    .copied()
+                    .filter(|&op| op != NONE)
+                    .unwrap_or(0),
                 path: Vec::new(),
-                state: self.machine.model.init(),
+                state: machine.model.init(),
             },
         })
     }
@@ -287,7 +305,11 @@ impl RunState {
             // A return entry: its operation should have been linearized.
             if entry != NONE {
                 if self.stop_at == Some(entry) {
-                    break Run::Stopped(entry, self.stack.iter().map(|&(op, _)| op).collect(), self.state);
+                    break Run::Stopped(
+                        entry,
+                        self.stack.iter().map(|&(op, _)| op).collect(),
+                        self.state,
+                    );
                 }
                 self.best = self.best.max(entry);
             }

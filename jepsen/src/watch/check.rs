@@ -70,14 +70,29 @@ impl State {
     }
 }
 
-fn need<T>(value: Option<T>, event: usize, f: Function, field: &'static str) -> Result<T, WatchError> {
-    value.ok_or(WatchError::MissingField { event, f: f.name(), field })
+fn need<T>(
+    value: Option<T>,
+    event: usize,
+    f: Function,
+    field: &'static str,
+) -> Result<T, WatchError> {
+    value.ok_or(WatchError::MissingField {
+        event,
+        f: f.name(),
+        field,
+    })
 }
 
 fn change_of(f: Function, value: &Value) -> Option<Change> {
     match f {
-        Function::Put | Function::Write => Some(Change { kind: ChangeKind::Put, value: value.clone() }),
-        Function::Delete => Some(Change { kind: ChangeKind::Delete, value: Value::Nil }),
+        Function::Put | Function::Write => Some(Change {
+            kind: ChangeKind::Put,
+            value: value.clone(),
+        }),
+        Function::Delete => Some(Change {
+            kind: ChangeKind::Delete,
+            value: Value::Nil,
+        }),
         _ => None,
     }
 }
@@ -86,22 +101,38 @@ fn change_of(f: Function, value: &Value) -> Option<Change> {
 /// time). Returns the violations found, or an error for malformed input.
 pub fn check_watch(events: &[HistoryEvent]) -> Result<WatchReport, WatchError> {
     let mut report = WatchReport::default();
-    let mut st = State { committed: BTreeMap::new(), disagreed: HashSet::new(), violations: Vec::new() };
+    let mut st = State {
+        committed: BTreeMap::new(),
+        disagreed: HashSet::new(),
+        violations: Vec::new(),
+    };
 
     // Writes, and which outcomes each (key, change) was written with.
     let ops = pair_events(events)?;
     let mut written: HashMap<(String, Change), Vec<Outcome>> = HashMap::new();
     let mut acked: Vec<(u64, String)> = Vec::new();
     for op in &ops {
-        let (Some(change), Some(key)) = (change_of(op.f, &op.value), op.key.as_ref()) else { continue };
-        written.entry((key.clone(), change.clone())).or_default().push(op.outcome);
+        let (Some(change), Some(key)) = (change_of(op.f, &op.value), op.key.as_ref()) else {
+            continue;
+        };
+        written
+            .entry((key.clone(), change.clone()))
+            .or_default()
+            .push(op.outcome);
         match op.outcome {
             Outcome::Ok => {
                 report.ok_writes += 1;
                 let revision = op.complete_event.and_then(|e| events[e].revision);
                 match revision {
                     Some(r) => {
-                        st.commit(r, key, change, Source::Write { process: op.process });
+                        st.commit(
+                            r,
+                            key,
+                            change,
+                            Source::Write {
+                                process: op.process,
+                            },
+                        );
                         acked.push((r, key.clone()));
                     }
                     None => report.ok_writes_without_revision += 1,
@@ -124,19 +155,40 @@ pub fn check_watch(events: &[HistoryEvent]) -> Result<WatchReport, WatchError> {
         let id = need(e.watcher, i, e.f, "watcher")?;
         if e.f == Function::Watch {
             if watchers.contains_key(&id) {
-                return Err(WatchError::WatcherRestarted { event: i, watcher: id });
+                return Err(WatchError::WatcherRestarted {
+                    event: i,
+                    watcher: id,
+                });
             }
             let start = need(e.key.clone(), i, e.f, "key")?;
-            let range = KeyRange { start, end: e.range_end.clone() };
-            let segment = Segment { start: e.revision, ..Segment::default() };
-            watchers.insert(id, Watcher { range, segments: vec![segment] });
+            let range = KeyRange {
+                start,
+                end: e.range_end.clone(),
+            };
+            let segment = Segment {
+                start: e.revision,
+                ..Segment::default()
+            };
+            watchers.insert(
+                id,
+                Watcher {
+                    range,
+                    segments: vec![segment],
+                },
+            );
             continue;
         }
-        let watcher = watchers.get_mut(&id).ok_or(WatchError::UnknownWatcher { event: i, watcher: id })?;
+        let watcher = watchers.get_mut(&id).ok_or(WatchError::UnknownWatcher {
+            event: i,
+            watcher: id,
+        })?;
         let revision = need(e.revision, i, e.f, "revision")?;
         match e.f {
             Function::WatchResume => {
-                watcher.segments.push(Segment { start: Some(revision), ..Segment::default() });
+                watcher.segments.push(Segment {
+                    start: Some(revision),
+                    ..Segment::default()
+                });
             }
             Function::WatchProgress => {
                 if let Some(seg) = watcher.segments.last_mut() {
@@ -147,20 +199,48 @@ pub fn check_watch(events: &[HistoryEvent]) -> Result<WatchReport, WatchError> {
             _ => {
                 let key = need(e.key.clone(), i, e.f, "key")?;
                 let kind = need(e.event, i, e.f, "event")?;
-                let value = if kind == ChangeKind::Put { e.value.clone() } else { Value::Nil };
+                let value = if kind == ChangeKind::Put {
+                    e.value.clone()
+                } else {
+                    Value::Nil
+                };
                 let change = Change { kind, value };
                 report.events += 1;
-                let Some(seg) = watcher.segments.last_mut() else { continue };
+                let Some(seg) = watcher.segments.last_mut() else {
+                    continue;
+                };
                 let (w, r) = (id, revision);
                 if !watcher.range.contains(&key) {
-                    st.violations.push(WatchViolation::OutsideFilter { watcher: w, revision: r, key: key.clone() });
+                    st.violations.push(WatchViolation::OutsideFilter {
+                        watcher: w,
+                        revision: r,
+                        key: key.clone(),
+                    });
                 }
                 if seg.observed.contains(&(r, key.clone())) {
-                    st.violations.push(WatchViolation::Duplicate { watcher: w, revision: r, key: key.clone() });
+                    st.violations.push(WatchViolation::Duplicate {
+                        watcher: w,
+                        revision: r,
+                        key: key.clone(),
+                    });
                 } else if let Some(start) = seg.start.filter(|&s| r <= s) {
-                    st.violations.push(WatchViolation::BeforeStart { watcher: w, revision: r, key: key.clone(), start });
-                } else if let Some(after) = seg.progress.filter(|&p| r <= p).or(seg.last_event.filter(|&l| r < l)) {
-                    st.violations.push(WatchViolation::OutOfOrder { watcher: w, revision: r, key: key.clone(), after });
+                    st.violations.push(WatchViolation::BeforeStart {
+                        watcher: w,
+                        revision: r,
+                        key: key.clone(),
+                        start,
+                    });
+                } else if let Some(after) = seg
+                    .progress
+                    .filter(|&p| r <= p)
+                    .or(seg.last_event.filter(|&l| r < l))
+                {
+                    st.violations.push(WatchViolation::OutOfOrder {
+                        watcher: w,
+                        revision: r,
+                        key: key.clone(),
+                        after,
+                    });
                 }
                 seg.observed.insert((r, key.clone()));
                 seg.first_event = seg.first_event.or(Some(r));
@@ -199,7 +279,9 @@ pub fn check_watch(events: &[HistoryEvent]) -> Result<WatchReport, WatchError> {
         for (n, seg) in watcher.segments.iter().enumerate() {
             // Holes between what earlier segments reached and a resume point.
             let hole = match (n > 0, reached, seg.start) {
-                (true, Some(reached), Some(resumed_after)) if resumed_after > reached => Some((reached, resumed_after)),
+                (true, Some(reached), Some(resumed_after)) if resumed_after > reached => {
+                    Some((reached, resumed_after))
+                }
                 _ => None,
             };
             if let Some((reached, resumed_after)) = hole {
@@ -219,17 +301,26 @@ pub fn check_watch(events: &[HistoryEvent]) -> Result<WatchReport, WatchError> {
             }
             if let Some((lo, hi)) = seg.window() {
                 for (&r, changes) in st.committed.range(lo + 1..=hi) {
-                    for (key, (_, source)) in changes.iter().filter(|(k, _)| watcher.range.contains(k)) {
-                        if seg.observed.contains(&(r, key.clone())) || !missing.insert((w, r, key.clone())) {
+                    for (key, (_, source)) in
+                        changes.iter().filter(|(k, _)| watcher.range.contains(k))
+                    {
+                        if seg.observed.contains(&(r, key.clone()))
+                            || !missing.insert((w, r, key.clone()))
+                        {
                             continue;
                         }
                         st.violations.push(match source {
-                            Source::Write { .. } => {
-                                WatchViolation::MissingAckedWrite { watcher: w, revision: r, key: key.clone() }
-                            }
-                            Source::Watcher(_) => {
-                                WatchViolation::Gap { watcher: w, revision: r, key: key.clone(), window: (lo, hi) }
-                            }
+                            Source::Write { .. } => WatchViolation::MissingAckedWrite {
+                                watcher: w,
+                                revision: r,
+                                key: key.clone(),
+                            },
+                            Source::Watcher(_) => WatchViolation::Gap {
+                                watcher: w,
+                                revision: r,
+                                key: key.clone(),
+                                window: (lo, hi),
+                            },
                         });
                     }
                 }
@@ -242,9 +333,16 @@ pub fn check_watch(events: &[HistoryEvent]) -> Result<WatchReport, WatchError> {
         if let (Some(begin), Some(end)) = (begin, end) {
             for (r, key) in &acked {
                 let covered = *r > begin && *r <= end && watcher.range.contains(key);
-                let seen = watcher.segments.iter().any(|s| s.observed.contains(&(*r, key.clone())));
+                let seen = watcher
+                    .segments
+                    .iter()
+                    .any(|s| s.observed.contains(&(*r, key.clone())));
                 if covered && !seen && missing.insert((w, *r, key.clone())) {
-                    st.violations.push(WatchViolation::MissingAckedWrite { watcher: w, revision: *r, key: key.clone() });
+                    st.violations.push(WatchViolation::MissingAckedWrite {
+                        watcher: w,
+                        revision: *r,
+                        key: key.clone(),
+                    });
                 }
             }
         }

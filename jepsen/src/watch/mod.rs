@@ -109,7 +109,10 @@ pub struct KeyRange {
 impl KeyRange {
     /// Only `key`.
     pub fn single(key: impl Into<String>) -> KeyRange {
-        KeyRange { start: key.into(), end: None }
+        KeyRange {
+            start: key.into(),
+            end: None,
+        }
     }
 
     /// Every key starting with `prefix` (etcd's prefix range end: the
@@ -119,10 +122,16 @@ impl KeyRange {
         while let Some(last) = chars.pop() {
             if let Some(next) = char::from_u32(last as u32 + 1) {
                 chars.push(next);
-                return KeyRange { start: prefix.to_owned(), end: Some(chars.into_iter().collect()) };
+                return KeyRange {
+                    start: prefix.to_owned(),
+                    end: Some(chars.into_iter().collect()),
+                };
             }
         }
-        KeyRange { start: prefix.to_owned(), end: Some("\0".to_owned()) }
+        KeyRange {
+            start: prefix.to_owned(),
+            end: Some("\0".to_owned()),
+        }
     }
 
     /// True if `key` is in the range.
