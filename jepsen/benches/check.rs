@@ -53,6 +53,15 @@ fn main() {
             },
         },
         Scenario {
+            name: "kv, 10k ops, 10 clients, 1 key, 5% info",
+            model: ModelKind::Kv,
+            cfg: SynthConfig {
+                model: SynthModel::Kv,
+                keys: 1,
+                ..base.clone()
+            },
+        },
+        Scenario {
             name: "kv, 10k ops, 10 clients, 10 keys, 5% info",
             model: ModelKind::Kv,
             cfg: SynthConfig {

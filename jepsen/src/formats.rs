@@ -396,10 +396,7 @@ fn unwrap_independent(events: &mut [HistoryEvent]) {
         .iter()
         .filter(|e| e.kind == EventKind::Invoke && register(e))
         .peekable();
-    if invokes.peek().is_none()
-        || events.iter().any(|e| e.key.is_some())
-        || !invokes.all(|e| tuple(e))
-    {
+    if invokes.peek().is_none() || events.iter().any(|e| e.key.is_some()) || !invokes.all(tuple) {
         return;
     }
     for e in events.iter_mut().filter(|e| register(e)) {

@@ -253,14 +253,15 @@ impl<B: KvBackend> RaftSnapshotBuilder<KeelsonRaft> for KeelsonSnapshotBuilder<B
 }
 
 fn build_snapshot_blocking<B: KvBackend>(store: &MvccStore<B>, dir: &Path) -> Result<Snapshot, io::Error> {
-    // The snapshot lets Raft purge the log it covers, so what it covers must be durable.
-    store.backend().sync().map_err(io::Error::other)?;
     let tmp = dir.join(format!("building-{}.tmp", std::process::id()));
     let mut writer = SnapshotWriter::create(&tmp)?;
     let applied = store.export(&mut |k: &[u8], v: &[u8]| writer.record(k, v)).map_err(io::Error::other)?;
     let (last_log_id, last_membership) = decode_applied(applied)?;
     let meta = SnapshotMeta { last_log_id, last_membership };
     writer.finish(&meta)?;
+    // The snapshot lets Raft purge the log it covers, so the state it covers must be
+    // durable: sync after the view was read, so everything in it is flushed.
+    store.backend().sync().map_err(io::Error::other)?;
     let path = keep_as_current(dir, &tmp, &meta)?;
     tracing::info!(?last_log_id, path = %path.display(), "built snapshot");
     Ok(Snapshot { meta, snapshot: SnapshotFile { path } })

@@ -124,13 +124,20 @@ impl KvBackend for RocksBackend {
                 }
             }
         }
+        // No WAL: the Raft log is the state's write-ahead log. After a crash the state is
+        // what was last flushed, with the applied log id of that moment, and Raft applies
+        // the rest again from its log (which is never purged past a `sync`).
         let mut opts = WriteOptions::default();
         opts.set_sync(false);
-        opts.disable_wal(false);
+        opts.disable_wal(true);
         self.db.write_opt(wb, &opts).map_err(engine)
     }
 
+    /// Flushes the column family's memtables to SST files (the writes have no WAL).
     fn sync(&self) -> Result<(), BackendError> {
-        self.db.flush_wal(true).map_err(engine)
+        let cf = self.cf()?;
+        let mut opts = rocksdb::FlushOptions::default();
+        opts.set_wait(true);
+        self.db.flush_cf_opt(cf, &opts).map_err(engine)
     }
 }

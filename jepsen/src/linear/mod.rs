@@ -10,7 +10,14 @@
 //!
 //! Keyed histories (a `key` on the operations) are split by key and every
 //! key is checked on its own: linearizability is compositional, so the
-//! history is linearizable iff every key is.
+//! history is linearizable iff every key is. Keys are searched round-robin
+//! in slices of steps and the check stops at the first key that fails.
+//!
+//! Before the search, the model may simplify a key's operations
+//! ([`Model::simplify`]) and give indeterminate operations deadlines
+//! ([`Model::observers`]); during it, it prunes steps after which an
+//! operation due soon can no longer succeed ([`Model::viable`]). All three
+//! are exact: they never change the verdict.
 
 mod cache;
 mod report;
@@ -25,7 +32,7 @@ const SLICE: usize = 20_000;
 
 pub use report::{KeyFailure, LinearizedStep};
 
-use crate::model::{CasRegister, KvMap, Model, ModelError};
+use crate::model::{CasRegister, KvMap, Model, ModelError, Simplification};
 use crate::ops::{Operation, Outcome};
 use search::{KeySearch, Progress, SearchOp};
 
@@ -78,7 +85,7 @@ pub struct LinearReport {
     /// Indeterminate reads (dropped: they constrain nothing).
     pub unknown_reads: usize,
     /// Indeterminate writes dropped because nothing could observe them
-    /// (see [`Model::unobservable`]).
+    /// (see [`Model::simplify`]).
     pub unobservable: usize,
     /// Number of distinct keys (1 for an unkeyed history).
     pub keys: usize,
@@ -195,7 +202,7 @@ pub fn check_operations<M: Model>(
     let prepared: Vec<Key<'_, M::Op>> = keys
         .into_iter()
         .map(|(key, (all, mut compiled))| {
-            report.unobservable += drop_unobservable(model, &mut compiled);
+            report.unobservable += simplify(model, &mut compiled);
             compiled.sort_by_key(|(op, _)| (op.invoke_time, op.index));
             let ops = search_ops(model, &compiled);
             let sources = compiled.into_iter().map(|(op, _)| op).collect();
@@ -245,23 +252,28 @@ pub fn check_operations<M: Model>(
     Ok(report)
 }
 
-/// Removes indeterminate operations that nothing can observe, repeatedly
-/// (dropping one may make another unobservable); returns how many.
-fn drop_unobservable<M: Model>(model: &M, compiled: &mut Vec<(&Operation, M::Op)>) -> usize {
+/// Applies [`Model::simplify`] until it keeps everything; returns how many
+/// operations were dropped.
+fn simplify<M: Model>(model: &M, compiled: &mut Vec<(&Operation, M::Op)>) -> usize {
     let mut dropped = 0;
     loop {
         let view: Vec<(&M::Op, bool)> = compiled
             .iter()
             .map(|(op, c)| (c, op.outcome != Outcome::Ok))
             .collect();
-        let drop = model.unobservable(&view);
-        let count = drop.iter().filter(|&&d| d).count();
-        if count == 0 {
+        let plan = model.simplify(&view);
+        if plan.iter().all(|p| matches!(p, Simplification::Keep)) {
             return dropped;
         }
-        dropped += count;
-        let mut flags = drop.into_iter();
-        compiled.retain(|_| !flags.next().unwrap_or(false));
+        let mut kept = Vec::with_capacity(compiled.len());
+        for ((op, c), p) in compiled.drain(..).zip(plan) {
+            match p {
+                Simplification::Keep => kept.push((op, c)),
+                Simplification::Replace(with) => kept.push((op, with)),
+                Simplification::Drop => dropped += 1,
+            }
+        }
+        *compiled = kept;
     }
 }
 

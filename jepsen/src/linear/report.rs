@@ -1,5 +1,6 @@
 //! Explaining a non-linearizable key: the operation that cannot be
-//! linearized, the longest linearization found, and a small sub-history.
+//! linearized, the linearization the search had built when it got stuck,
+//! and a small sub-history.
 //!
 //! What "smallest failing sub-history" means here: the search fails at the
 //! return of some operation X: every way of ordering the operations that
@@ -9,8 +10,8 @@
 //! while every shorter prefix is. A prefix is a sound witness (unlike an
 //! arbitrary subset of operations, since dropping a write can turn a valid
 //! history invalid). Reports show the tail of that prefix: X, every
-//! operation overlapping X, and the last steps of the longest linearization
-//! found, plus any operation invoked in between.
+//! operation overlapping X, and the last steps of the linearization the
+//! search had built when it reached X's completion, plus any operation invoked in between.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -40,8 +41,9 @@ pub struct KeyFailure {
     /// The operation that cannot be linearized: the search could not get
     /// past its completion.
     pub blocked: Operation,
-    /// Longest linearization found (of the operations before X's
-    /// completion), in order.
+    /// The linearization the search had built when it got furthest (a
+    /// legal order of operations before X's completion, after which X, or
+    /// an operation due right after, could not be satisfied), in order.
     pub linearization: Vec<LinearizedStep>,
     /// Model state after `linearization`.
     pub final_state: String,
@@ -145,7 +147,7 @@ impl KeyFailure {
         );
         let _ = writeln!(
             s,
-            "  longest linearization found: {} operations, ending in state {}",
+            "  linearization reached before getting stuck: {} operations, ending in state {}",
             self.linearization.len(),
             self.final_state
         );
@@ -203,7 +205,7 @@ impl KeyFailure {
     pub fn timeline_html(&self) -> String {
         let title = format!("{} is not linearizable", self.key_label());
         let note = format!(
-            "Cannot linearize {}. Longest linearization found: {} operations, final state {}. \
+            "Cannot linearize {}. Linearization reached before getting stuck: {} operations, final state {}. \
              Numbers on bars give their position in it. Shown: the end of the minimal failing prefix \
              ({} of {} operations){}.",
             self.blocked,

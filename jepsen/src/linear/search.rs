@@ -12,6 +12,12 @@
 //! entry (their return is at +infinity), so they may be linearized at any
 //! later point or never. The history is linearizable once every operation
 //! with a return entry is linearized.
+//!
+//! Lookahead: before accepting a step, the model is asked whether the
+//! resulting state can still satisfy each of the operations due soonest
+//! (the first return entries), given the operations that may still come
+//! before them ([`Model::viable`]); if not, the step is pruned at once
+//! instead of after exploring every interleaving up to that return.
 
 use std::collections::HashMap;
 
@@ -20,6 +26,8 @@ use crate::model::Model;
 
 const NONE: usize = usize::MAX;
 const HEAD: usize = 0;
+/// How many of the operations due soonest the lookahead checks.
+const LOOKAHEAD: usize = 8;
 
 /// An operation prepared for the search.
 #[derive(Debug, Clone)]
@@ -28,7 +36,9 @@ pub(crate) struct SearchOp<O> {
     pub op: O,
     /// Invoke time.
     pub call: u64,
-    /// Completion time of `ok` operations; `None` for indeterminate ones.
+    /// Deadline: the completion time of `ok` operations, or of the first
+    /// observer of an indeterminate one; `None` (= +infinity: optional)
+    /// for other indeterminate operations.
     pub ret: Option<u64>,
 }
 
@@ -63,6 +73,9 @@ struct Machine<'a, M: Model> {
     states: Vec<M::State>,
     state_ids: HashMap<M::State, u32, FastBuild>,
     transitions: HashMap<u64, u32, FastBuild>,
+    /// Scratch buffers of [`Machine::doomed`].
+    pending: Vec<usize>,
+    others: Vec<&'a M::Op>,
 }
 
 /// A resumable search over one key's operations.
@@ -172,6 +185,8 @@ impl<'a, M: Model> Machine<'a, M> {
             states: Vec::new(),
             state_ids: HashMap::default(),
             transitions: HashMap::default(),
+            pending: Vec::new(),
+            others: Vec::new(),
         };
         for (pos, &(_, kind, op)) in entries.iter().enumerate() {
             let node = pos + 1;
@@ -208,6 +223,42 @@ impl<'a, M: Model> Machine<'a, M> {
             .map(|s| self.intern(s));
         self.transitions.insert(key, next.unwrap_or(u32::MAX));
         next
+    }
+
+    /// Lookahead: the return node of one of the [`LOOKAHEAD`] operations
+    /// due soonest (the first return entries in the list) that the model
+    /// says `state` can no longer satisfy, whatever the operations invoked
+    /// before that return do first (see [`Model::viable`]); `None` if none.
+    fn doomed(&mut self, state: u32) -> Option<usize> {
+        let ops = self.ops;
+        let mut node = self.next[HEAD];
+        let mut checked = 0;
+        self.pending.clear();
+        // Operations due soonest, in deadline order; each may be preceded by
+        // any operation invoked before its return.
+        while node != NONE && checked < LOOKAHEAD {
+            if self.node_is_call[node] {
+                self.pending.push(self.node_op[node]);
+            } else {
+                checked += 1;
+                let due = self.node_op[node];
+                self.others.clear();
+                self.others.extend(
+                    self.pending
+                        .iter()
+                        .filter(|&&p| p != due)
+                        .map(|&p| &ops[p].op),
+                );
+                if !self
+                    .model
+                    .viable(&self.states[state as usize], &ops[due].op, &self.others)
+                {
+                    return Some(node);
+                }
+            }
+            node = self.next[node];
+        }
+        None
     }
 
     fn unlink(&mut self, node: usize) {
@@ -285,12 +336,28 @@ impl RunState {
             if entry != NONE && m.node_is_call[entry] {
                 let op = m.node_op[entry];
                 if let Some(next_state) = m.transition(self.state, op) {
+                    m.lift(op);
+                    if let Some(observer) = m.doomed(next_state) {
+                        // Linearizing `op` here makes the next operation due
+                        // impossible: the search got as far as its return.
+                        m.unlift(op);
+                        if self.stop_at == Some(observer) {
+                            let mut path: Vec<usize> = self.stack.iter().map(|&(o, _)| o).collect();
+                            path.push(op);
+                            break Run::Stopped(observer, path, next_state);
+                        }
+                        self.best = self.best.max(observer);
+                        self.entry = m.next[entry];
+                        continue;
+                    }
                     self.bits.set(op);
-                    let first_pending = m.node_op[m.next[HEAD]];
+                    let first_pending = match m.next[HEAD] {
+                        NONE => m.ops.len(),
+                        node => m.node_op[node],
+                    };
                     if self.cache.insert(&self.bits, first_pending, next_state) {
                         self.stack.push((op, self.state));
                         self.state = next_state;
-                        m.lift(op);
                         if m.ops[op].ret.is_some() {
                             self.remaining -= 1;
                         }
@@ -298,6 +365,7 @@ impl RunState {
                         continue;
                     }
                     self.bits.clear(op);
+                    m.unlift(op);
                 }
                 self.entry = m.next[entry];
                 continue;
