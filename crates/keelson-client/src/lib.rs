@@ -7,3 +7,6 @@ pub mod api;
 mod client;
 
 pub use client::{ClientError, StoreClient};
+
+/// gRPC status codes, as carried in [`ClientError::Transport`].
+pub use tonic::Code as TonicCode;

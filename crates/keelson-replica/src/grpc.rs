@@ -4,6 +4,7 @@ use std::pin::Pin;
 
 use futures::Stream;
 use keelson_client::api::*;
+use keelson_client::api::TxnReply;
 use keelson_mvcc::TxnRequest;
 use keelson_proto::v1::cluster_server::Cluster;
 use keelson_proto::v1::store_server::Store;
@@ -50,6 +51,16 @@ impl Store for StoreService {
         let forwarded = is_forwarded(&req);
         let txn: TxnRequest = decode(&req)?;
         reply(self.replica.txn(txn, forwarded).await)
+    }
+
+    #[tracing::instrument(name = "txn_batch", level = "debug", skip_all)]
+    async fn txn_batch(&self, req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
+        let forwarded = is_forwarded(&req);
+        let txns: Vec<TxnRequest> = decode(&req)?;
+        let replies: Vec<Result<TxnReply, StoreError>> =
+            futures::future::join_all(txns.into_iter().map(|t| self.replica.txn(t, forwarded))).await;
+        // The batch itself always succeeds; each reply carries its own result.
+        wire_encode(&replies).map(Response::new).map_err(|e| Status::internal(e.to_string()))
     }
 
     #[tracing::instrument(name = "compact", level = "debug", skip_all)]

@@ -10,6 +10,7 @@
 
 pub mod config;
 mod compactor;
+mod forward;
 mod grpc;
 pub mod identity;
 pub mod metrics;

@@ -24,6 +24,7 @@ use openraft::{ChangeMembers, ServerState};
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
+use crate::forward::{never_sent, Forward, ForwardBatcher};
 use crate::read_index::ReadIndexBatcher;
 use crate::stats::ReplicaStats;
 
@@ -46,6 +47,7 @@ pub(crate) struct ReplicaInner {
     pub raft: KeelsonRaftNode<RocksBackend>,
     pub state: StateHandle<RocksBackend>,
     pub read_index: ReadIndexBatcher,
+    pub forwarder: ForwardBatcher,
     pub peers: PeerChannels,
     pub stats: ReplicaStats,
 }
@@ -238,7 +240,16 @@ impl Replica {
                                 if forwarded {
                                     return Err(StoreError::NotLeader { leader: Some(id) });
                                 }
-                                match self.forward(cmd.clone(), &node.raft_addr).await {
+                                let forwarded = match &cmd {
+                                    Command::Txn(t) => self
+                                        .inner
+                                        .forwarder
+                                        .txn(&node.raft_addr, t.clone())
+                                        .await
+                                        .map(|r| (r.header.revision, CommandResponse::Txn(r.response))),
+                                    Command::Compact { .. } => self.forward(cmd.clone(), &node.raft_addr).await,
+                                };
+                                match forwarded {
                                     // The leader we knew is gone and the request never left:
                                     // wait for the next leader.
                                     Err(Forward::NeverSent(e)) if Instant::now() < deadline => {
@@ -398,20 +409,6 @@ impl Replica {
             members: self.members().members,
         }
     }
-}
-
-/// How forwarding a write to the leader failed.
-enum Forward {
-    /// The connection could not be made: the leader never saw the request.
-    NeverSent(StoreError),
-    /// Anything else; the outcome may be unknown.
-    Failed(StoreError),
-}
-
-/// True when a call failed before anything was sent: the channel could not connect.
-/// (tonic reports that as `Unavailable` with a connect error message.)
-fn never_sent(s: &tonic::Status) -> bool {
-    s.code() == tonic::Code::Unavailable && s.message().contains("connect")
 }
 
 pub(crate) fn forwarded_request<T>(msg: T) -> tonic::Request<T> {

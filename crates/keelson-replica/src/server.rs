@@ -102,6 +102,7 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
 
     let shutdown = CancellationToken::new();
     let (read_index, read_index_rx) = ReadIndexBatcher::new();
+    let (forwarder, forward_rx) = crate::forward::ForwardBatcher::new();
     let replica = Replica {
         inner: Arc::new(ReplicaInner {
             id: ident.id,
@@ -110,6 +111,7 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
             raft: raft.clone(),
             state,
             read_index,
+            forwarder,
             peers: PeerChannels::default(),
             stats: ReplicaStats::default(),
         }),
@@ -142,6 +144,7 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
         }
     }));
     tasks.push(tokio::spawn(read_index::run(replica.clone(), read_index_rx, shutdown.clone())));
+    tasks.push(tokio::spawn(crate::forward::run(replica.clone(), forward_rx, shutdown.clone())));
     tasks.push(tokio::spawn(crate::compactor::run(replica.clone(), cfg.compaction.clone(), shutdown.clone())));
 
     let mut metrics_addr = None;
