@@ -37,7 +37,7 @@ pub struct ServerArgs {
     #[arg(long)]
     compaction_keep_revisions: Option<i64>,
     /// Snapshot the state after this many applied log entries.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 100_000)]
     snapshot_every: u64,
     /// Log entries kept behind a snapshot for lagging followers.
     #[arg(long, default_value_t = 5_000)]

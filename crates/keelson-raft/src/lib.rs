@@ -44,7 +44,7 @@ pub struct LogRetention {
 
 impl Default for LogRetention {
     fn default() -> Self {
-        Self { snapshot_every: 20_000, keep_behind_snapshot: 5_000 }
+        Self { snapshot_every: 100_000, keep_behind_snapshot: 5_000 }
     }
 }
 
