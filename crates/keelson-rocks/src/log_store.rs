@@ -201,3 +201,42 @@ impl RaftLogStorage<KeelsonRaft> for RocksLogStore {
             .map_err(io::Error::other)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keelson_mvcc::{Command, Op, PutRequest, TxnRequest};
+    use keelson_raft::LogCommand;
+    use openraft::entry::RaftEntry;
+    use openraft::vote::RaftLeaderIdExt;
+
+    fn sample() -> Entry {
+        let cmd = Command::Txn(TxnRequest {
+            success: vec![Op::Put(PutRequest { key: b"/k".to_vec(), value: b"v".to_vec(), prev_kv: false })],
+            ..Default::default()
+        });
+        let leader = <openraft::alias::LeaderIdOf<KeelsonRaft> as RaftLeaderIdExt>::new_committed(3, 7);
+        let log_id = openraft::alias::LogIdOf::<KeelsonRaft>::new(leader, 42);
+        Entry::new_normal(log_id, LogCommand::V1(cmd))
+    }
+
+    /// The stored bytes of a V1 entry, as this version writes them. If this test fails
+    /// the on-disk log format changed: existing logs would no longer decode. Add a new
+    /// format (byte or `LogCommand` variant) instead of changing this one.
+    const V1_ENTRY: &[u8] = &[1, 3, 7, 42, 1, 0, 0, 0, 1, 1, 2, 47, 107, 1, 118, 0, 0];
+
+    #[test]
+    fn v1_entries_keep_their_encoding() {
+        let bytes = encode_entry(&sample()).expect("encode");
+        assert_eq!(bytes, V1_ENTRY, "log entry encoding changed");
+        let decoded = decode_entry(V1_ENTRY).expect("decode");
+        assert_eq!(decoded.log_id, sample().log_id);
+        assert_eq!(format!("{:?}", decoded.payload), format!("{:?}", sample().payload));
+    }
+
+    #[test]
+    fn unknown_formats_are_refused() {
+        assert!(decode_entry(&[9, 1, 2]).is_err());
+        assert!(decode_entry(&[]).is_err());
+    }
+}
