@@ -27,6 +27,58 @@ struct Cli {
 enum Command {
     /// Check a recorded history.
     Check(CheckArgs),
+    /// Start a cluster, run a workload under faults, heal, settle and check.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Servers in the cluster (3 or 5).
+    #[arg(long, default_value_t = 3)]
+    servers: usize,
+    #[arg(long, value_enum, default_value = "register")]
+    workload: WorkloadArg,
+    /// Fault families, comma-separated: kill, pause, partition, membership, latency.
+    #[arg(long, value_delimiter = ',', default_value = "kill,pause,partition")]
+    nemesis: Vec<String>,
+    /// How long the workload runs under faults, e.g. 60s or 10m.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    time_limit: std::time::Duration,
+    /// Time between a fault and its heal.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    nemesis_interval: std::time::Duration,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 10)]
+    clients: usize,
+    /// Artifacts directory (default: jepsen-runs/<unix time>).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// The keelson binary (default: next to this one).
+    #[arg(long)]
+    keelson_bin: Option<PathBuf>,
+    /// Force loopback processes even as root (no partitions).
+    #[arg(long)]
+    loopback: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum WorkloadArg {
+    Register,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let (num, unit) = s.trim().split_at(s.trim().find(|c: char| !c.is_ascii_digit()).unwrap_or(s.trim().len()));
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 30s, 10m or 1h"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "ms" => return Ok(std::time::Duration::from_millis(n)),
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m, h)")),
+    };
+    Ok(std::time::Duration::from_secs(secs))
 }
 
 #[derive(clap::Args)]
@@ -79,6 +131,7 @@ fn main() -> ExitCode {
     let mut out = String::new();
     let result = match cli.command {
         Command::Check(args) => check(&args, &mut out),
+        Command::Run(args) => run(&args, &mut out),
     };
     // A closed stdout (e.g. piped into `head`) must not turn into a panic.
     let _ = std::io::stdout().lock().write_all(out.as_bytes());
@@ -141,4 +194,60 @@ fn check(args: &CheckArgs, out: &mut String) -> anyhow::Result<Verdict> {
             Ok(Verdict::Invalid)
         }
     }
+}
+
+fn run(args: &RunArgs, out: &mut String) -> anyhow::Result<Verdict> {
+    use keelson_chaos::{Isolation, NemesisFamily};
+    let mut families = Vec::new();
+    for n in &args.nemesis {
+        families.push(match n.as_str() {
+            "kill" => NemesisFamily::Kill,
+            "pause" => NemesisFamily::Pause,
+            "partition" => NemesisFamily::Partition,
+            "membership" => NemesisFamily::Membership,
+            "latency" => NemesisFamily::Latency,
+            "none" => continue,
+            other => anyhow::bail!("unknown nemesis {other:?}: use kill, pause, partition, membership, latency or none"),
+        });
+    }
+    anyhow::ensure!(args.servers >= 1, "--servers must be at least 1");
+    let keelson_bin = match &args.keelson_bin {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?.with_file_name("keelson"),
+    };
+    anyhow::ensure!(keelson_bin.exists(), "keelson binary not found at {} (use --keelson-bin)", keelson_bin.display());
+    let dir = args.dir.clone().unwrap_or_else(|| {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        PathBuf::from(format!("jepsen-runs/{t}"))
+    });
+    let opts = keelson_jepsen_runner::RunOptions {
+        servers: args.servers,
+        workload: match args.workload {
+            WorkloadArg::Register => keelson_jepsen_runner::Workload::Register,
+        },
+        nemesis: families,
+        time_limit: args.time_limit,
+        nemesis_interval: args.nemesis_interval,
+        seed: args.seed,
+        clients: args.clients,
+        dir,
+        keelson_bin,
+        isolation: if args.loopback { Isolation::Loopback } else { Isolation::Auto },
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let verdict = rt.block_on(keelson_jepsen_runner::run(opts))?;
+    let _ = writeln!(
+        out,
+        "{}: {} operations (ok {}, fail {}, info {}), {} faults injected, availability during faults {}",
+        if verdict.valid { "VALID" } else { "INVALID" },
+        verdict.invoked,
+        verdict.ok,
+        verdict.fail,
+        verdict.info,
+        verdict.faults,
+        verdict.availability_during_faults.map(|a| format!("{:.1}%", a * 100.0)).unwrap_or("n/a".into()),
+    );
+    let _ = writeln!(out, "{}", verdict.summary);
+    let _ = writeln!(out, "artifacts: {}", verdict.dir.display());
+    Ok(if verdict.valid { Verdict::Valid } else { Verdict::Invalid })
 }

@@ -1,0 +1,191 @@
+//! The register workload: independent compare-and-set registers (one store key each),
+//! read, written and cas'ed by concurrent clients.
+//!
+//! Outcome classification (what the checker may assume):
+//! - `ok`: the store acknowledged it;
+//! - `fail`: it definitely did not happen (a cas whose compare failed; a request refused
+//!   before any leader appended it; a read that got no answer: reads change nothing);
+//! - `info`: unknown (timeout, connection lost mid-call, "outcome unknown" errors). The
+//!   process is then considered crashed and continues under a new process id.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keelson_client::api::{ReadConsistency, StoreError};
+use keelson_client::{ClientError, StoreClient};
+use keelson_jepsen::{EventKind, Function, HistoryWriter, Value};
+use keelson_mvcc::{Compare, CompareOp, CompareTarget, KeyRange, Op, PutRequest, RangeRequest, TxnRequest};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio_util::sync::CancellationToken;
+
+/// Store key prefix of the registers.
+pub const REGISTER_PREFIX: &str = "/jepsen/register/";
+
+/// The error recorded for a cas whose compare did not hold (a served request).
+pub const CAS_MISMATCH: &str = "compare failed";
+
+/// Per-operation deadline; past it the outcome is unknown.
+const OP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A register workload's parameters.
+#[derive(Clone, Debug)]
+pub struct RegisterWorkload {
+    pub clients: usize,
+    pub keys: usize,
+    /// Values are drawn from `0..values`.
+    pub values: i64,
+    /// Pause between a client's operations.
+    pub think: Duration,
+}
+
+impl Default for RegisterWorkload {
+    fn default() -> Self {
+        Self { clients: 10, keys: 5, values: 5, think: Duration::from_millis(10) }
+    }
+}
+
+enum Outcome {
+    Ok(Value),
+    Fail(String),
+    Info(String),
+}
+
+fn classify(e: &ClientError) -> Outcome {
+    match e {
+        // Refused before it was appended anywhere.
+        ClientError::Store(StoreError::NoLeader(m)) => Outcome::Fail(format!("no leader: {m}")),
+        ClientError::Store(StoreError::NotLeader { .. }) => Outcome::Fail("not leader".into()),
+        ClientError::Store(StoreError::InvalidRequest(m)) => Outcome::Fail(m.clone()),
+        // A connection that was never made carried nothing.
+        ClientError::Transport { status, .. }
+            if status.code() == tonic_code_unavailable() && status.message().contains("connect") =>
+        {
+            Outcome::Fail(format!("not sent: {}", status.message()))
+        }
+        other => Outcome::Info(other.to_string()),
+    }
+}
+
+fn tonic_code_unavailable() -> keelson_client::TonicCode {
+    keelson_client::TonicCode::Unavailable
+}
+
+fn parse_value(v: &[u8]) -> Value {
+    std::str::from_utf8(v).ok().and_then(|s| s.parse::<i64>().ok()).map(Value::Int).unwrap_or(Value::str(String::from_utf8_lossy(v)))
+}
+
+impl RegisterWorkload {
+    /// Runs `self.clients` clients until `stop`; client `i` starts on endpoint `i mod n`
+    /// and moves to the next replica after an error. Returns how many operations were
+    /// invoked.
+    pub async fn run(&self, endpoints: &[String], history: Arc<HistoryWriter>, seed: u64, stop: CancellationToken) -> u64 {
+        let mut tasks = Vec::new();
+        for c in 0..self.clients {
+            let client = match StoreClient::new(endpoints) {
+                Ok(cl) => cl.starting_at(c),
+                Err(e) => {
+                    tracing::error!(error = %e, "bad endpoints");
+                    return 0;
+                }
+            };
+            let w = self.clone();
+            let history = history.clone();
+            let stop = stop.clone();
+            tasks.push(tokio::spawn(async move { w.client_loop(c as u64, client, history, seed ^ (c as u64 * 0x9e37), stop).await }));
+        }
+        let mut total = 0;
+        for t in tasks {
+            total += t.await.unwrap_or(0);
+        }
+        let _ = history.flush();
+        total
+    }
+
+    async fn client_loop(&self, first_process: u64, client: StoreClient, history: Arc<HistoryWriter>, seed: u64, stop: CancellationToken) -> u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut process = first_process;
+        let mut invoked = 0;
+        while !stop.is_cancelled() {
+            let key = format!("{}", rng.gen_range(0..self.keys));
+            let store_key = format!("{REGISTER_PREFIX}{key}");
+            let (f, arg) = match rng.gen_range(0..3) {
+                0 => (Function::Read, Value::Nil),
+                1 => (Function::Write, Value::Int(rng.gen_range(0..self.values))),
+                _ => (Function::Cas, Value::pair(Value::Int(rng.gen_range(0..self.values)), Value::Int(rng.gen_range(0..self.values)))),
+            };
+            if history.invoke(process, f, Some(&key), arg.clone()).is_err() {
+                return invoked;
+            }
+            invoked += 1;
+            let outcome = match tokio::time::timeout(OP_TIMEOUT, self.perform(&client, &store_key, f, &arg)).await {
+                Ok(o) => o,
+                Err(_) => Outcome::Info("timed out".into()),
+            };
+            let (kind, value, error) = match outcome {
+                Outcome::Ok(v) => (EventKind::Ok, v, None),
+                Outcome::Fail(e) => (EventKind::Fail, arg.clone(), Some(e)),
+                Outcome::Info(e) => (EventKind::Info, arg.clone(), Some(e)),
+            };
+            let mut event = keelson_jepsen::HistoryEvent::new(process, kind, f, value).with_key(key.clone());
+            event.error = error;
+            if history.record_now(event).is_err() {
+                return invoked;
+            }
+            match kind {
+                EventKind::Info => {
+                    // A crashed process never comes back: continue as a new one.
+                    process += self.clients as u64;
+                    client.rotate();
+                }
+                EventKind::Fail => client.rotate(),
+                _ => {}
+            }
+            if !self.think.is_zero() {
+                tokio::time::sleep(self.think).await;
+            }
+        }
+        invoked
+    }
+
+    async fn perform(&self, client: &StoreClient, key: &str, f: Function, arg: &Value) -> Outcome {
+        match f {
+            Function::Read => {
+                let req = RangeRequest { range: KeyRange::single(key), ..Default::default() };
+                match client.range(req, ReadConsistency::Linearizable).await {
+                    Ok(r) => Outcome::Ok(r.response.kvs.first().map(|kv| parse_value(&kv.value)).unwrap_or(Value::Nil)),
+                    // A read that got no answer changed nothing.
+                    Err(e) => Outcome::Fail(e.to_string()),
+                }
+            }
+            Function::Write => {
+                let Value::Int(v) = arg else { return Outcome::Fail("bad write argument".into()) };
+                match client.put(key.as_bytes(), v.to_string().as_bytes()).await {
+                    Ok(_) => Outcome::Ok(arg.clone()),
+                    Err(e) => classify(&e),
+                }
+            }
+            Function::Cas => {
+                let Value::List(pair) = arg else { return Outcome::Fail("bad cas argument".into()) };
+                let (Some(Value::Int(from)), Some(Value::Int(to))) = (pair.first(), pair.get(1)) else {
+                    return Outcome::Fail("bad cas argument".into());
+                };
+                let txn = TxnRequest {
+                    compare: vec![Compare {
+                        key: key.as_bytes().to_vec(),
+                        op: CompareOp::Equal,
+                        target: CompareTarget::Value(from.to_string().into_bytes()),
+                    }],
+                    success: vec![Op::Put(PutRequest { key: key.as_bytes().to_vec(), value: to.to_string().into_bytes(), prev_kv: false })],
+                    failure: vec![],
+                };
+                match client.txn(txn).await {
+                    Ok(r) if r.response.succeeded => Outcome::Ok(arg.clone()),
+                    Ok(_) => Outcome::Fail(CAS_MISMATCH.into()),
+                    Err(e) => classify(&e),
+                }
+            }
+            _ => Outcome::Fail("unsupported function".into()),
+        }
+    }
+}

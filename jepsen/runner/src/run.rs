@@ -1,0 +1,233 @@
+//! One run: cluster up, workload + nemesis for the time limit, heal, settle, check.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keelson_chaos::{Harness, HarnessSpec, Isolation, NemesisEvent, NemesisFamily};
+use keelson_jepsen::{linear, pair_events, EventKind, HistoryWriter, ModelKind};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::register::RegisterWorkload;
+
+/// Which workload to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    Register,
+}
+
+/// Parameters of a run.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub servers: usize,
+    pub workload: Workload,
+    pub nemesis: Vec<NemesisFamily>,
+    pub time_limit: Duration,
+    /// Time between a fault and its heal (and between heal and the next fault).
+    pub nemesis_interval: Duration,
+    pub seed: u64,
+    pub clients: usize,
+    /// Where the history, nemesis log, server logs and timeline go.
+    pub dir: PathBuf,
+    pub keelson_bin: PathBuf,
+    pub isolation: Isolation,
+}
+
+/// What a run found.
+#[derive(Debug)]
+pub struct RunVerdict {
+    pub valid: bool,
+    pub invoked: u64,
+    pub ok: usize,
+    pub fail: usize,
+    pub info: usize,
+    pub faults: usize,
+    /// Share of operations invoked while a fault was active that the cluster served
+    /// (completed `ok`, or a cas refused because its compare failed).
+    pub availability_during_faults: Option<f64>,
+    pub summary: String,
+    pub dir: PathBuf,
+}
+
+/// A run that could not be carried out (as opposed to one that found an anomaly).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cluster harness: {0}")]
+    Harness(String),
+    #[error("history: {0}")]
+    History(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Runs workload and nemesis against a fresh cluster and checks the history.
+pub async fn run(opts: RunOptions) -> Result<RunVerdict, RunError> {
+    std::fs::create_dir_all(&opts.dir)?;
+    let history_path = opts.dir.join("history.jsonl");
+    let history = Arc::new(HistoryWriter::create(&history_path).map_err(|e| RunError::History(e.to_string()))?);
+    let epoch = Instant::now();
+    let spec = HarnessSpec {
+        servers: opts.servers,
+        binary: opts.keelson_bin.clone(),
+        dir: opts.dir.join("cluster"),
+        isolation: opts.isolation,
+        server_args: vec!["--snapshot-every".into(), "2000".into(), "--keep-logs".into(), "200".into()],
+        seed: opts.seed,
+    };
+    let harness = Harness::start(spec).await.map_err(|e| RunError::Harness(e.to_string()))?;
+    let harness_started = epoch.elapsed();
+    let endpoints = harness.endpoints();
+    eprintln!("jepsen: cluster of {} up ({:?}); running for {:?}", opts.servers, harness.isolation(), opts.time_limit);
+    let harness = Arc::new(Mutex::new(harness));
+
+    let stop_workload = CancellationToken::new();
+    let stop_nemesis = CancellationToken::new();
+    let workload = match opts.workload {
+        Workload::Register => RegisterWorkload { clients: opts.clients, ..Default::default() },
+    };
+    let wl = {
+        let history = history.clone();
+        let endpoints = endpoints.clone();
+        let stop = stop_workload.clone();
+        let seed = opts.seed;
+        tokio::spawn(async move { workload.run(&endpoints, history, seed, stop).await })
+    };
+    let nemesis = tokio::spawn(keelson_chaos::run_nemesis(
+        harness.clone(),
+        opts.nemesis.clone(),
+        opts.nemesis_interval,
+        opts.seed,
+        stop_nemesis.clone(),
+    ));
+    tokio::time::sleep(opts.time_limit).await;
+    stop_nemesis.cancel();
+    let events = nemesis.await.unwrap_or_default();
+    // Heal everything and let the cluster settle while clients keep going, so
+    // operations also run against the healed cluster.
+    let healed = {
+        let mut h = harness.lock().await;
+        let healed = h.apply(keelson_chaos::Fault::HealAll).await;
+        let settled = h.wait_healthy(Duration::from_secs(60)).await;
+        healed.map(|_| ()).and(settled)
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop_workload.cancel();
+    let invoked = wl.await.unwrap_or(0);
+    let _ = history.flush();
+    let shutdown = match Arc::try_unwrap(harness) {
+        Ok(h) => h.into_inner().shutdown().await.map_err(|e| e.to_string()),
+        Err(_) => Err("harness still shared".to_string()),
+    };
+    if let Err(e) = healed {
+        return Err(RunError::Harness(format!("cluster did not recover after healing: {e}")));
+    }
+    if let Err(e) = shutdown {
+        eprintln!("jepsen: harness shutdown: {e}");
+    }
+    write_nemesis_log(&opts.dir, &events)?;
+    check(&opts, &history_path, invoked, &events, harness_started)
+}
+
+fn write_nemesis_log(dir: &std::path::Path, events: &[NemesisEvent]) -> std::io::Result<()> {
+    let mut out = String::new();
+    for e in events {
+        out.push_str(&format!("{:>10.3}s {} {}{}\n", e.at.as_secs_f64(), e.wall, e.what, if e.ok { "" } else { " (failed)" }));
+    }
+    std::fs::write(dir.join("nemesis-schedule.log"), out)
+}
+
+/// Fault windows `[start, end)` in history time (ns since the writer's epoch).
+fn fault_windows(events: &[NemesisEvent], offset: Duration) -> Vec<(u64, u64)> {
+    let mut windows = Vec::new();
+    let mut open: Option<u64> = None;
+    for e in events.iter().filter(|e| e.ok) {
+        let t = (offset + e.at).as_nanos() as u64;
+        let heal = e.what.starts_with("heal") || e.what.starts_with("restart") || e.what.starts_with("resume");
+        match (heal, open) {
+            (false, None) => open = Some(t),
+            (true, Some(s)) => {
+                windows.push((s, t));
+                open = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = open {
+        windows.push((s, u64::MAX));
+    }
+    windows
+}
+
+fn check(
+    opts: &RunOptions,
+    history_path: &std::path::Path,
+    invoked: u64,
+    events: &[NemesisEvent],
+    harness_started: Duration,
+) -> Result<RunVerdict, RunError> {
+    let loaded = keelson_jepsen::history::read_jsonl(history_path).map_err(|e| RunError::History(e.to_string()))?;
+    let hist: Vec<keelson_jepsen::HistoryEvent> = loaded.into_iter().map(|(_, e)| e).collect();
+    let ops = pair_events(&hist).map_err(|e| RunError::History(e.to_string()))?;
+    let report = linear::check(ModelKind::CasRegister, &ops).map_err(|e| RunError::History(e.to_string()))?;
+    let count = |k: EventKind| hist.iter().filter(|e| e.kind == k).count();
+    let windows = fault_windows(events, harness_started);
+    let mut during = (0usize, 0usize);
+    let mut pending: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    for e in &hist {
+        match e.kind {
+            EventKind::Invoke => {
+                pending.insert(e.process, e.time);
+            }
+            kind => {
+                if let Some(t) = pending.remove(&e.process) {
+                    if windows.iter().any(|(s, end)| t >= *s && t < *end) {
+                        // A cas whose compare failed was served: the cluster was available.
+                        let served = kind == EventKind::Ok
+                            || (kind == EventKind::Fail && e.error.as_deref() == Some(crate::register::CAS_MISMATCH));
+                        during.0 += 1;
+                        during.1 += usize::from(served);
+                    }
+                }
+            }
+        }
+    }
+    let valid = report.is_linearizable();
+    let mut summary = report.summary();
+    if let Some(f) = report.failures.first() {
+        summary.push('\n');
+        summary.push_str(&f.render_text());
+        let timeline = opts.dir.join("timeline.html");
+        std::fs::write(&timeline, f.timeline_html())?;
+        summary.push_str(&format!("\ntimeline: {}", timeline.display()));
+    }
+    Ok(RunVerdict {
+        valid,
+        invoked,
+        ok: count(EventKind::Ok),
+        fail: count(EventKind::Fail),
+        info: count(EventKind::Info),
+        faults: events.iter().filter(|e| e.ok && !e.what.starts_with("heal") && !e.what.starts_with("restart") && !e.what.starts_with("resume")).count(),
+        availability_during_faults: (during.0 > 0).then(|| during.1 as f64 / during.0 as f64),
+        summary,
+        dir: opts.dir.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(at_ms: u64, what: &str) -> NemesisEvent {
+        NemesisEvent { at: Duration::from_millis(at_ms), wall: String::new(), what: what.into(), ok: true }
+    }
+
+    #[test]
+    fn fault_windows_pair_faults_with_heals() {
+        let events = [ev(100, "kill node 1"), ev(300, "restart node 1"), ev(500, "partition isolate node 0"), ev(900, "heal network")];
+        let w = fault_windows(&events, Duration::from_millis(10));
+        assert_eq!(w, vec![(110_000_000, 310_000_000), (510_000_000, 910_000_000)]);
+        let open = fault_windows(&[ev(100, "pause node 2")], Duration::ZERO);
+        assert_eq!(open, vec![(100_000_000, u64::MAX)]);
+    }
+}
