@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Keelson builds and tests with, when they are missing.
-# Needs root to install; without root it only checks and says what is missing.
+# Installs the Debian packages Keelson builds and tests with, when they are missing:
+# RocksDB, clang (bindgen) and protoc to build; iproute2 and nftables for the chaos
+# harness (network namespaces and partitions; its tests need root anyway).
+# Needs root to install; without root it says what is missing and fails only if the
+# build itself cannot work.
 set -euo pipefail
 need=()
+optional=()
 dpkg -s librocksdb-dev >/dev/null 2>&1 || need+=(librocksdb-dev)
 dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
-command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v ip >/dev/null 2>&1 || optional+=(iproute2)
+command -v nft >/dev/null 2>&1 || optional+=(nftables)
 for extra in "$@"; do
   dpkg -s "$extra" >/dev/null 2>&1 || need+=("$extra")
 done
-if [ ${#need[@]} -eq 0 ]; then
+all=("${need[@]}" "${optional[@]}")
+if [ ${#all[@]} -eq 0 ]; then
   exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
-  echo "missing Debian packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2
-  exit 1
+  echo "missing Debian packages: ${all[*]} (run as root, or: sudo apt-get install ${all[*]})" >&2
+  [ ${#need[@]} -eq 0 ] || exit 1
+  exit 0
 fi
-echo "installing: ${need[*]}" >&2
+echo "installing: ${all[*]}" >&2
 apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${all[@]}" >/dev/null

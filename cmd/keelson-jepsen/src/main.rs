@@ -66,6 +66,7 @@ struct RunArgs {
 #[derive(Clone, Copy, ValueEnum)]
 enum WorkloadArg {
     Register,
+    Watch,
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -224,6 +225,7 @@ fn run(args: &RunArgs, out: &mut String) -> anyhow::Result<Verdict> {
         servers: args.servers,
         workload: match args.workload {
             WorkloadArg::Register => keelson_jepsen_runner::Workload::Register,
+            WorkloadArg::Watch => keelson_jepsen_runner::Workload::Watch,
         },
         nemesis: families,
         time_limit: args.time_limit,

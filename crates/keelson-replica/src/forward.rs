@@ -27,8 +27,20 @@ pub(crate) enum Forward {
 
 /// True when a call failed before anything was sent: the channel could not connect.
 /// (tonic reports that as `Unavailable` with a connect error message.)
-pub(crate) fn never_sent(s: &tonic::Status) -> bool {
+fn never_sent(s: &tonic::Status) -> bool {
     s.code() == tonic::Code::Unavailable && s.message().contains("connect")
+}
+
+/// Classifies a failed call to the leader at `addr`.
+pub(crate) fn status_to_forward(addr: &str, s: &tonic::Status) -> Forward {
+    if never_sent(s) {
+        Forward::NeverSent(StoreError::NoLeader(format!("leader {addr} unreachable: {}", s.message())))
+    } else {
+        Forward::Failed(StoreError::Unavailable(format!(
+            "forwarding to leader {addr} failed, outcome unknown: {}",
+            s.message()
+        )))
+    }
 }
 
 /// Most transactions in one forwarded batch.
@@ -111,16 +123,7 @@ async fn call(replica: &Replica, addr: &str, txns: &[TxnRequest]) -> Result<Vec<
         .max_encoding_message_size(256 << 20)
         .txn_batch(forwarded_request(env))
         .await
-        .map_err(|s| {
-            if never_sent(&s) {
-                Forward::NeverSent(StoreError::NoLeader(format!("leader {addr} unreachable: {}", s.message())))
-            } else {
-                Forward::Failed(StoreError::Unavailable(format!(
-                    "forwarding to leader {addr} failed, outcome unknown: {}",
-                    s.message()
-                )))
-            }
-        })?;
+        .map_err(|s| status_to_forward(addr, &s))?;
     let replies: Vec<Result<TxnReply, StoreError>> = wire_decode(resp.get_ref()).map_err(Forward::Failed)?;
     if replies.len() != txns.len() {
         return Err(Forward::Failed(StoreError::Unavailable("leader answered a batch with the wrong count".into())));

@@ -24,7 +24,7 @@ use openraft::{ChangeMembers, ServerState};
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
-use crate::forward::{never_sent, Forward, ForwardBatcher};
+use crate::forward::{status_to_forward, Forward, ForwardBatcher};
 use crate::read_index::ReadIndexBatcher;
 use crate::stats::ReplicaStats;
 
@@ -247,7 +247,7 @@ impl Replica {
                                         .txn(&node.raft_addr, t.clone())
                                         .await
                                         .map(|r| (r.header.revision, CommandResponse::Txn(r.response))),
-                                    Command::Compact { .. } => self.forward(cmd.clone(), &node.raft_addr).await,
+                                    Command::Compact { revision } => self.forward_compact(*revision, &node.raft_addr).await,
                                 };
                                 match forwarded {
                                     // The leader we knew is gone and the request never left:
@@ -276,37 +276,15 @@ impl Replica {
         }
     }
 
-    async fn forward(&self, cmd: Command, addr: &str) -> Result<(Revision, CommandResponse), Forward> {
+    async fn forward_compact(&self, revision: Revision, addr: &str) -> Result<(Revision, CommandResponse), Forward> {
         self.inner.stats.forwarded.inc();
         let ch = self.inner.peers.get(addr).map_err(Forward::Failed)?;
-        let mut client = GrpcStore::new(ch);
-        let unknown = |s: tonic::Status| {
-            if never_sent(&s) {
-                Forward::NeverSent(StoreError::NoLeader(format!("leader {addr} unreachable: {}", s.message())))
-            } else {
-                Forward::Failed(StoreError::Unavailable(format!(
-                    "forwarding to leader {addr} failed, outcome unknown: {}",
-                    s.message()
-                )))
-            }
-        };
-        match cmd {
-            Command::Txn(t) => {
-                let resp = client.txn(forwarded_request(wire_encode(&t).map_err(Forward::Failed)?)).await.map_err(unknown)?;
-                let reply: TxnReply = wire_decode::<Result<TxnReply, StoreError>>(resp.get_ref())
-                    .map_err(Forward::Failed)?
-                    .map_err(Forward::Failed)?;
-                Ok((reply.header.revision, CommandResponse::Txn(reply.response)))
-            }
-            Command::Compact { revision } => {
-                let call = wire_encode(&CompactCall { revision }).map_err(Forward::Failed)?;
-                let resp = client.compact(forwarded_request(call)).await.map_err(unknown)?;
-                let header: ResponseHeader = wire_decode::<Result<ResponseHeader, StoreError>>(resp.get_ref())
-                    .map_err(Forward::Failed)?
-                    .map_err(Forward::Failed)?;
-                Ok((header.revision, CommandResponse::Compacted { revision }))
-            }
-        }
+        let call = wire_encode(&CompactCall { revision }).map_err(Forward::Failed)?;
+        let resp = GrpcStore::new(ch).compact(forwarded_request(call)).await.map_err(|s| status_to_forward(addr, &s))?;
+        let header: ResponseHeader = wire_decode::<Result<ResponseHeader, StoreError>>(resp.get_ref())
+            .map_err(Forward::Failed)?
+            .map_err(Forward::Failed)?;
+        Ok((header.revision, CommandResponse::Compacted { revision }))
     }
 
     // ---- membership ----

@@ -51,19 +51,37 @@ enum Outcome {
     Info(String),
 }
 
-fn classify(e: &ClientError) -> Outcome {
+/// How a failed write is recorded.
+pub(crate) enum WriteOutcome {
+    /// Definitely not applied.
+    Fail(String),
+    /// Outcome unknown.
+    Info(String),
+}
+
+impl From<WriteOutcome> for Outcome {
+    fn from(w: WriteOutcome) -> Self {
+        match w {
+            WriteOutcome::Fail(m) => Outcome::Fail(m),
+            WriteOutcome::Info(m) => Outcome::Info(m),
+        }
+    }
+}
+
+/// Whether a failed write may have been applied.
+pub(crate) fn classify_write_error(e: &ClientError) -> WriteOutcome {
     match e {
         // Refused before it was appended anywhere.
-        ClientError::Store(StoreError::NoLeader(m)) => Outcome::Fail(format!("no leader: {m}")),
-        ClientError::Store(StoreError::NotLeader { .. }) => Outcome::Fail("not leader".into()),
-        ClientError::Store(StoreError::InvalidRequest(m)) => Outcome::Fail(m.clone()),
+        ClientError::Store(StoreError::NoLeader(m)) => WriteOutcome::Fail(format!("no leader: {m}")),
+        ClientError::Store(StoreError::NotLeader { .. }) => WriteOutcome::Fail("not leader".into()),
+        ClientError::Store(StoreError::InvalidRequest(m)) => WriteOutcome::Fail(m.clone()),
         // A connection that was never made carried nothing.
         ClientError::Transport { status, .. }
             if status.code() == tonic_code_unavailable() && status.message().contains("connect") =>
         {
-            Outcome::Fail(format!("not sent: {}", status.message()))
+            WriteOutcome::Fail(format!("not sent: {}", status.message()))
         }
-        other => Outcome::Info(other.to_string()),
+        other => WriteOutcome::Info(other.to_string()),
     }
 }
 
@@ -162,7 +180,7 @@ impl RegisterWorkload {
                 let Value::Int(v) = arg else { return Outcome::Fail("bad write argument".into()) };
                 match client.put(key.as_bytes(), v.to_string().as_bytes()).await {
                     Ok(_) => Outcome::Ok(arg.clone()),
-                    Err(e) => classify(&e),
+                    Err(e) => classify_write_error(&e).into(),
                 }
             }
             Function::Cas => {
@@ -182,7 +200,7 @@ impl RegisterWorkload {
                 match client.txn(txn).await {
                     Ok(r) if r.response.succeeded => Outcome::Ok(arg.clone()),
                     Ok(_) => Outcome::Fail(CAS_MISMATCH.into()),
-                    Err(e) => classify(&e),
+                    Err(e) => classify_write_error(&e).into(),
                 }
             }
             _ => Outcome::Fail("unsupported function".into()),

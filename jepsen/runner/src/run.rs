@@ -10,11 +10,13 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::register::RegisterWorkload;
+use crate::watch::WatchWorkload;
 
 /// Which workload to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Workload {
     Register,
+    Watch,
 }
 
 /// Parameters of a run.
@@ -83,15 +85,22 @@ pub async fn run(opts: RunOptions) -> Result<RunVerdict, RunError> {
 
     let stop_workload = CancellationToken::new();
     let stop_nemesis = CancellationToken::new();
-    let workload = match opts.workload {
-        Workload::Register => RegisterWorkload { clients: opts.clients, ..Default::default() },
-    };
     let wl = {
         let history = history.clone();
         let endpoints = endpoints.clone();
         let stop = stop_workload.clone();
         let seed = opts.seed;
-        tokio::spawn(async move { workload.run(&endpoints, history, seed, stop).await })
+        let clients = opts.clients.max(2);
+        match opts.workload {
+            Workload::Register => {
+                let w = RegisterWorkload { clients, ..Default::default() };
+                tokio::spawn(async move { w.run(&endpoints, history, seed, stop).await })
+            }
+            Workload::Watch => {
+                let w = WatchWorkload { writers: clients / 2, watchers: clients - clients / 2, ..Default::default() };
+                tokio::spawn(async move { w.run(&endpoints, history, seed, stop).await })
+            }
+        }
     };
     let nemesis = tokio::spawn(keelson_chaos::run_nemesis(
         harness.clone(),
@@ -137,14 +146,21 @@ fn write_nemesis_log(dir: &std::path::Path, events: &[NemesisEvent]) -> std::io:
     std::fs::write(dir.join("nemesis-schedule.log"), out)
 }
 
+fn is_heal(e: &NemesisEvent) -> bool {
+    e.what.starts_with("heal") || e.what.starts_with("restart") || e.what.starts_with("resume")
+}
+
+fn count_faults(events: &[NemesisEvent]) -> usize {
+    events.iter().filter(|e| e.ok && !is_heal(e)).count()
+}
+
 /// Fault windows `[start, end)` in history time (ns since the writer's epoch).
 fn fault_windows(events: &[NemesisEvent], offset: Duration) -> Vec<(u64, u64)> {
     let mut windows = Vec::new();
     let mut open: Option<u64> = None;
     for e in events.iter().filter(|e| e.ok) {
         let t = (offset + e.at).as_nanos() as u64;
-        let heal = e.what.starts_with("heal") || e.what.starts_with("restart") || e.what.starts_with("resume");
-        match (heal, open) {
+        match (is_heal(e), open) {
             (false, None) => open = Some(t),
             (true, Some(s)) => {
                 windows.push((s, t));
@@ -168,6 +184,21 @@ fn check(
 ) -> Result<RunVerdict, RunError> {
     let loaded = keelson_jepsen::history::read_jsonl(history_path).map_err(|e| RunError::History(e.to_string()))?;
     let hist: Vec<keelson_jepsen::HistoryEvent> = loaded.into_iter().map(|(_, e)| e).collect();
+    if opts.workload == Workload::Watch {
+        let report = keelson_jepsen::check_watch(&hist).map_err(|e| RunError::History(e.to_string()))?;
+        let count = |k: EventKind| hist.iter().filter(|e| e.kind == k && e.watcher.is_none()).count();
+        return Ok(RunVerdict {
+            valid: report.is_valid(),
+            invoked,
+            ok: count(EventKind::Ok),
+            fail: count(EventKind::Fail),
+            info: count(EventKind::Info),
+            faults: count_faults(events),
+            availability_during_faults: None,
+            summary: report.to_string(),
+            dir: opts.dir.clone(),
+        });
+    }
     let ops = pair_events(&hist).map_err(|e| RunError::History(e.to_string()))?;
     let report = linear::check(ModelKind::CasRegister, &ops).map_err(|e| RunError::History(e.to_string()))?;
     let count = |k: EventKind| hist.iter().filter(|e| e.kind == k).count();
@@ -207,7 +238,7 @@ fn check(
         ok: count(EventKind::Ok),
         fail: count(EventKind::Fail),
         info: count(EventKind::Info),
-        faults: events.iter().filter(|e| e.ok && !e.what.starts_with("heal") && !e.what.starts_with("restart") && !e.what.starts_with("resume")).count(),
+        faults: count_faults(events),
         availability_during_faults: (during.0 > 0).then(|| during.1 as f64 / during.0 as f64),
         summary,
         dir: opts.dir.clone(),
