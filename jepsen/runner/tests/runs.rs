@@ -28,9 +28,13 @@ fn is_root() -> bool {
 }
 
 async fn short_run(family: NemesisFamily, seed: u64) -> keelson_jepsen_runner::RunVerdict {
+    short_run_on(3, family, seed).await
+}
+
+async fn short_run_on(servers: usize, family: NemesisFamily, seed: u64) -> keelson_jepsen_runner::RunVerdict {
     let dir = tempfile::tempdir().expect("tmp").keep();
     let opts = RunOptions {
-        servers: 3,
+        servers,
         workload: Workload::Register,
         nemesis: vec![family],
         time_limit: Duration::from_secs(15),
@@ -78,6 +82,16 @@ async fn register_stays_linearizable_under_partitions() {
         return;
     }
     let v = short_run(NemesisFamily::Partition, 3).await;
+    let _ = std::fs::remove_dir_all(&v.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_replicas_stay_linearizable_under_partitions() {
+    if !is_root() {
+        eprintln!("SKIPPED (needs root): partitions need network namespaces; CI runs this as root");
+        return;
+    }
+    let v = short_run_on(5, NemesisFamily::Partition, 5).await;
     let _ = std::fs::remove_dir_all(&v.dir);
 }
 
