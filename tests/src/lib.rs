@@ -79,6 +79,7 @@ impl TestCluster {
         config.log_retention = self.opts.log_retention;
         config.compaction = self.opts.compaction.clone();
         config.slow_watcher_timeout = self.opts.slow_watcher_timeout;
+        config.metrics_addr = Some("127.0.0.1:0".parse().expect("address"));
         let running = keelson_replica::start(config.clone()).await.with_context(|| format!("starting {name}"))?;
         self.slots.push(Slot { config, running: Some(running) });
         Ok(i)

@@ -201,3 +201,43 @@ async fn membership_add_and_remove_under_load_loses_no_write() {
     assert!(members.members.iter().all(|m| m.id != victim_id));
     cluster.shutdown().await;
 }
+
+/// `GET /metrics` over plain HTTP/1.0.
+async fn scrape(addr: std::net::SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").await.expect("request");
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.expect("response");
+    body
+}
+
+fn sample(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(name) && !l.starts_with('#'))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing from metrics:\n{metrics}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn metrics_report_raft_storage_and_requests() {
+    let cluster = TestCluster::start(3, ClusterOptions::default()).await.expect("cluster");
+    let leader = cluster.leader().await.expect("leader");
+    let c = cluster.client(leader);
+    for i in 0..10 {
+        c.put(format!("/metrics/{i}").as_bytes(), b"v").await.expect("put");
+    }
+    let addr = cluster.running(leader).expect("running").metrics_addr.expect("metrics enabled");
+    let m = scrape(addr).await;
+    assert!(m.starts_with("HTTP/1.") && m.contains(" 200 "), "{m}");
+    assert_eq!(sample(&m, "keelson_raft_is_leader"), 1.0);
+    assert!(sample(&m, "keelson_raft_term") >= 1.0);
+    assert!(sample(&m, "keelson_store_revision") >= 10.0);
+    assert!(sample(&m, "keelson_raft_applied_index") >= 10.0);
+    assert!(sample(&m, "keelson_store_writes_total") >= 10.0);
+    assert!(sample(&m, "keelson_rocksdb_estimated_keys{cf=\"raft_log\"}") >= 1.0);
+    assert!(m.contains("keelson_rocksdb_memtable_bytes{cf=\"state\"}"), "{m}");
+    cluster.shutdown().await;
+}

@@ -42,6 +42,24 @@ impl RocksBackend {
     }
 
     /// The shared database.
+    /// Size figures of the engine, per column family: `(cf, live SST bytes, memtable
+    /// bytes, estimated keys)`, for metrics.
+    pub fn engine_sizes(&self) -> Vec<(&'static str, u64, u64, u64)> {
+        crate::db::ALL_CFS
+            .iter()
+            .filter_map(|name| {
+                let cf = self.db.cf_handle(name)?;
+                let prop = |p: &str| self.db.property_int_value_cf(cf, p).ok().flatten().unwrap_or(0);
+                Some((
+                    *name,
+                    prop("rocksdb.live-sst-files-size"),
+                    prop("rocksdb.cur-size-all-mem-tables"),
+                    prop("rocksdb.estimate-num-keys"),
+                ))
+            })
+            .collect()
+    }
+
     pub fn db(&self) -> &Arc<DB> {
         &self.db
     }
