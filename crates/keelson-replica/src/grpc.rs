@@ -55,10 +55,8 @@ impl Store for StoreService {
 
     #[tracing::instrument(name = "txn_batch", level = "debug", skip_all)]
     async fn txn_batch(&self, req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
-        let forwarded = is_forwarded(&req);
         let txns: Vec<TxnRequest> = decode(&req)?;
-        let replies: Vec<Result<TxnReply, StoreError>> =
-            futures::future::join_all(txns.into_iter().map(|t| self.replica.txn(t, forwarded))).await;
+        let replies: Vec<Result<TxnReply, StoreError>> = self.replica.txn_batch(txns).await;
         // The batch itself always succeeds; each reply carries its own result.
         wire_encode(&replies).map(Response::new).map_err(|e| Status::internal(e.to_string()))
     }

@@ -211,6 +211,50 @@ impl Replica {
         }
     }
 
+    /// Runs transactions forwarded together by a follower: on the leader they are
+    /// submitted to Raft as one batch; each gets its own reply, in order. Elsewhere each
+    /// is refused with `NotLeader` (nothing appended).
+    pub async fn txn_batch(&self, requests: Vec<TxnRequest>) -> Vec<Result<TxnReply, StoreError>> {
+        use futures::StreamExt;
+        use openraft::errors::ClientWriteError as W;
+        let n = requests.len();
+        let not_leader = |leader| (0..n).map(|_| Err(StoreError::NotLeader { leader })).collect();
+        if !self.is_leader() {
+            return not_leader(self.leader().map(|l| l.0));
+        }
+        let cmds = requests.into_iter().map(|t| LogCommand::V1(Command::Txn(t)));
+        let mut stream = match self.inner.raft.client_write_many(cmds).await {
+            Ok(s) => s,
+            Err(e) => return (0..n).map(|_| Err(StoreError::Unavailable(e.to_string()))).collect(),
+        };
+        let mut out = Vec::with_capacity(n);
+        while let Some(item) = stream.next().await {
+            out.push(match item {
+                Err(fatal) => Err(StoreError::Unavailable(fatal.to_string())),
+                Ok(Err(W::ForwardToLeader(f))) => Err(StoreError::NotLeader { leader: f.leader_id }),
+                Ok(Err(W::LogEntryDiscarded(_))) => {
+                    Err(StoreError::Unavailable("leader changed while the write was in flight; outcome unknown".into()))
+                }
+                Ok(Err(other)) => Err(StoreError::Unavailable(other.to_string())),
+                Ok(Ok(resp)) => {
+                    self.inner.stats.writes.inc();
+                    match resp.response.response {
+                        Some(CommandResponse::Txn(response)) => {
+                            Ok(TxnReply { header: self.header(resp.response.revision), response })
+                        }
+                        Some(CommandResponse::Rejected(r)) => Err(reject_error(r)),
+                        _ => Err(StoreError::Unavailable("unexpected reply to a transaction".into())),
+                    }
+                }
+            });
+        }
+        // A stream cut short leaves the rest unknown.
+        while out.len() < n {
+            out.push(Err(StoreError::Unavailable("no reply from raft; outcome unknown".into())));
+        }
+        out
+    }
+
     /// Compacts history up to `revision` on every replica.
     pub async fn compact(&self, revision: Revision, forwarded: bool) -> Result<ResponseHeader, StoreError> {
         let (rev, resp) = self.propose(Command::Compact { revision }, forwarded).await?;
