@@ -86,6 +86,12 @@ async fn register_stays_linearizable_under_partitions() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn register_stays_linearizable_while_members_are_removed_and_re_added() {
+    let v = short_run(NemesisFamily::Membership, 6).await;
+    let _ = std::fs::remove_dir_all(&v.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn five_replicas_stay_linearizable_under_partitions() {
     if !is_root() {
         eprintln!("SKIPPED (needs root): partitions need network namespaces; CI runs this as root");
