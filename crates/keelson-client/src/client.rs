@@ -36,6 +36,13 @@ pub enum ClientError {
     BadEndpoint(String),
 }
 
+/// True when a call failed before anything was sent: the channel could not connect, so
+/// the server never saw the request. (tonic reports that as `Unavailable` with a connect
+/// error message.)
+pub fn never_sent(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Unavailable && status.message().contains("connect")
+}
+
 impl ClientError {
     /// True when another replica may succeed where this one failed.
     pub fn is_retryable(&self) -> bool {

@@ -6,7 +6,5 @@
 pub mod api;
 mod client;
 
-pub use client::{ClientError, StoreClient};
+pub use client::{never_sent, ClientError, StoreClient};
 
-/// gRPC status codes, as carried in [`ClientError::Transport`].
-pub use tonic::Code as TonicCode;

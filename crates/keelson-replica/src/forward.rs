@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 
 use keelson_client::api::{StoreError, TxnReply};
+use keelson_client::never_sent;
 use keelson_mvcc::TxnRequest;
 use keelson_proto::v1::store_client::StoreClient as GrpcStore;
 use tokio::sync::{mpsc, oneshot};
@@ -23,12 +24,6 @@ pub(crate) enum Forward {
     NeverSent(StoreError),
     /// Anything else; the outcome may be unknown.
     Failed(StoreError),
-}
-
-/// True when a call failed before anything was sent: the channel could not connect.
-/// (tonic reports that as `Unavailable` with a connect error message.)
-fn never_sent(s: &tonic::Status) -> bool {
-    s.code() == tonic::Code::Unavailable && s.message().contains("connect")
 }
 
 /// Classifies a failed call to the leader at `addr`.

@@ -26,7 +26,7 @@ pub const REGISTER_PREFIX: &str = "/jepsen/register/";
 pub const CAS_MISMATCH: &str = "compare failed";
 
 /// Per-operation deadline; past it the outcome is unknown.
-const OP_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const OP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A register workload's parameters.
 #[derive(Clone, Debug)]
@@ -76,17 +76,11 @@ pub(crate) fn classify_write_error(e: &ClientError) -> WriteOutcome {
         ClientError::Store(StoreError::NotLeader { .. }) => WriteOutcome::Fail("not leader".into()),
         ClientError::Store(StoreError::InvalidRequest(m)) => WriteOutcome::Fail(m.clone()),
         // A connection that was never made carried nothing.
-        ClientError::Transport { status, .. }
-            if status.code() == tonic_code_unavailable() && status.message().contains("connect") =>
-        {
+        ClientError::Transport { status, .. } if keelson_client::never_sent(status) => {
             WriteOutcome::Fail(format!("not sent: {}", status.message()))
         }
         other => WriteOutcome::Info(other.to_string()),
     }
-}
-
-fn tonic_code_unavailable() -> keelson_client::TonicCode {
-    keelson_client::TonicCode::Unavailable
 }
 
 fn parse_value(v: &[u8]) -> Value {

@@ -16,13 +16,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
 
-use crate::register::{classify_write_error, WriteOutcome};
+use crate::register::{classify_write_error, WriteOutcome, OP_TIMEOUT};
 
 /// Store key prefix of the watched keys.
 pub const WATCH_PREFIX: &str = "/jepsen/watch/";
-
-/// Per-operation deadline for writes; past it the outcome is unknown.
-const OP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A watch workload's parameters.
 #[derive(Clone, Debug)]

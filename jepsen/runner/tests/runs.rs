@@ -28,14 +28,20 @@ fn is_root() -> bool {
 }
 
 async fn short_run(family: NemesisFamily, seed: u64) -> keelson_jepsen_runner::RunVerdict {
-    short_run_on(3, family, seed).await
+    short_run_on(3, Workload::Register, family, seed).await
 }
 
-async fn short_run_on(servers: usize, family: NemesisFamily, seed: u64) -> keelson_jepsen_runner::RunVerdict {
+/// A 15 s run that must be valid, inject faults and get real work done.
+async fn short_run_on(
+    servers: usize,
+    workload: Workload,
+    family: NemesisFamily,
+    seed: u64,
+) -> keelson_jepsen_runner::RunVerdict {
     let dir = tempfile::tempdir().expect("tmp").keep();
     let opts = RunOptions {
         servers,
-        workload: Workload::Register,
+        workload,
         nemesis: vec![family],
         time_limit: Duration::from_secs(15),
         nemesis_interval: Duration::from_secs(3),
@@ -97,29 +103,13 @@ async fn five_replicas_stay_linearizable_under_partitions() {
         eprintln!("SKIPPED (needs root): partitions need network namespaces; CI runs this as root");
         return;
     }
-    let v = short_run_on(5, NemesisFamily::Partition, 5).await;
+    let v = short_run_on(5, Workload::Register, NemesisFamily::Partition, 5).await;
     let _ = std::fs::remove_dir_all(&v.dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn watches_stay_ordered_gap_free_and_lossless_across_kills_and_resumes() {
-    let dir = tempfile::tempdir().expect("tmp").keep();
-    let opts = RunOptions {
-        servers: 3,
-        workload: Workload::Watch,
-        nemesis: vec![NemesisFamily::Kill],
-        time_limit: Duration::from_secs(15),
-        nemesis_interval: Duration::from_secs(3),
-        seed: 4,
-        clients: 8,
-        dir: dir.clone(),
-        keelson_bin: keelson_bin(),
-        isolation: Isolation::Auto,
-    };
-    let v = run(opts).await.expect("the run itself must complete");
-    eprintln!("watch: valid={} writes={} faults={}\n{}", v.valid, v.ok, v.faults, v.summary);
-    assert!(v.valid, "watch anomaly; artifacts in {}", dir.display());
-    assert!(v.faults > 0 && v.ok > 100, "run too small to mean anything");
+    let v = short_run_on(3, Workload::Watch, NemesisFamily::Kill, 4).await;
     // A dropped event must be caught by the same checker.
     let path = v.dir.join("history.jsonl");
     let mut events: Vec<_> =
