@@ -215,3 +215,5 @@ impl TestCluster {
         }
     }
 }
+
+pub mod api;

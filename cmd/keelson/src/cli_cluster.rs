@@ -44,7 +44,11 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     for s in &cluster.manifest().servers {
         println!("  {:<10} store/raft {}   metrics http://{}/metrics   log {}", s.name, s.raft_addr, s.metrics_addr, s.data_dir.join("server.log").display());
     }
+    for s in &cluster.manifest().servers {
+        println!("  {:<10} Kubernetes API https://{}", s.name, s.api_addr);
+    }
     println!("State: {}   (cluster.json lists pids and addresses)", cluster.dir().display());
+    println!("kubectl: export KUBECONFIG={}   (contexts keelson-1 … keelson-{})", cluster.kubeconfig_path().display(), cluster.manifest().servers.len());
     println!("Try:   keelson status --cluster-dir {}", cluster.dir().display());
     println!("Stop:  Ctrl-C (running `keelson up` again on the same --data-dir resumes)");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

@@ -45,9 +45,60 @@ pub struct ServerArgs {
     /// How often the leader considers compacting, in seconds.
     #[arg(long, default_value_t = 10)]
     compaction_interval_secs: u64,
+    /// Where the Kubernetes API is served (HTTPS).
+    #[arg(long, default_value = "0.0.0.0:6443")]
+    api_listen: SocketAddr,
+    /// Directory of the cluster CA (`ca.crt`, `ca.key`); `--cluster-init` creates it.
+    /// Default: DATA_DIR/pki.
+    #[arg(long)]
+    pki_dir: Option<PathBuf>,
+    /// Extra names (DNS or IP) for the API serving certificate.
+    #[arg(long = "tls-san")]
+    tls_sans: Vec<String>,
+}
+
+/// The CA, this server's serving certificate, and (on `--cluster-init`) the admin
+/// kubeconfig `PKI_DIR/admin.kubeconfig`.
+fn api_tls(args: &ServerArgs) -> anyhow::Result<(String, keelson_pki::IssuedCert)> {
+    let pki_dir = args.pki_dir.clone().unwrap_or_else(|| args.data_dir.join("pki"));
+    let ca = if args.cluster_init {
+        keelson_pki::ClusterCa::load_or_create(&pki_dir, "keelson")?
+    } else {
+        keelson_pki::ClusterCa::load(&pki_dir)?.with_context(|| {
+            format!("no cluster CA in {} (copy ca.crt and ca.key from the first server, or pass --pki-dir)", pki_dir.display())
+        })?
+    };
+    let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "kubernetes".into(), "kubernetes.default".into(), "kubernetes.default.svc".into(), "10.43.0.1".into()];
+    if let Ok(h) = std::fs::read_to_string("/etc/hostname") {
+        names.push(h.trim().to_string());
+    }
+    if !args.api_listen.ip().is_unspecified() {
+        names.push(args.api_listen.ip().to_string());
+    }
+    if let Some(host) = args.advertise.as_deref().and_then(|a| a.rsplit_once(':')).map(|(h, _)| h.to_string()) {
+        names.push(host);
+    }
+    names.extend(args.tls_sans.iter().cloned());
+    names.retain(|n| !n.is_empty());
+    // Reissued at every start, so new names take effect.
+    let serving = ca.issue_serving(&args.name, &names)?;
+    serving.save(&args.data_dir.join("tls"), "apiserver")?;
+    if args.cluster_init {
+        let admin = ca.load_or_issue(&pki_dir, "admin", |ca| ca.issue_client(keelson_pki::ADMIN_USER, &[keelson_pki::ADMIN_GROUP]))?;
+        let path = pki_dir.join("admin.kubeconfig");
+        if !path.exists() {
+            let host = if args.api_listen.ip().is_unspecified() { "127.0.0.1".to_string() } else { args.api_listen.ip().to_string() };
+            let ctx = keelson_pki::KubeconfigContext { name: args.name.clone(), server: format!("https://{host}:{}", args.api_listen.port()) };
+            std::fs::write(&path, keelson_pki::kubeconfig(&[ctx], ca.cert_pem(), "admin", &admin))?;
+        }
+    }
+    Ok((ca.cert_pem().to_string(), serving))
 }
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let (ca_pem, serving) = api_tls(&args).context("preparing the API server's certificates")?;
+    let api_listen = args.api_listen;
     let bootstrap = match (args.cluster_init, args.join) {
         (true, _) => Bootstrap::ClusterInit,
         (false, Some(peer)) => Bootstrap::Join(peer),
@@ -64,6 +115,19 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     };
     let running = keelson_replica::start(cfg).await.context("starting the replica")?;
     tracing::info!(id = format!("{:x}", running.replica.id()), addr = running.replica.addr(), "serving");
+    let api = keelson_apiserver::serve(
+        keelson_apiserver::ApiServerConfig {
+            listen: api_listen,
+            cert_pem: serving.cert_pem,
+            key_pem: serving.key_pem,
+            client_ca_pem: ca_pem,
+            store_endpoint: running.replica.addr().to_string(),
+        },
+        running.shutdown_token(),
+    )
+    .await
+    .context("starting the API server")?;
+    tracing::info!(addr = %api.addr, "serving the Kubernetes API");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}

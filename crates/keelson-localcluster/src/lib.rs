@@ -31,6 +31,8 @@ pub enum LocalClusterError {
     NotReady(String),
     #[error("no server number {0}")]
     NoSuchServer(usize),
+    #[error("cluster certificates: {0}")]
+    Pki(String),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> LocalClusterError + '_ {
@@ -44,6 +46,9 @@ pub struct ServerEntry {
     pub pid: Option<u32>,
     pub raft_addr: String,
     pub metrics_addr: String,
+    /// The Kubernetes API (HTTPS) address.
+    #[serde(default)]
+    pub api_addr: String,
     pub data_dir: PathBuf,
     pub running: bool,
 }
@@ -74,6 +79,27 @@ pub struct LocalCluster {
     children: Vec<Option<Child>>,
 }
 
+/// The cluster CA (created once in `DIR/pki`) and `DIR/kubeconfig`: one context per
+/// server (`keelson-1` …), admin credentials, current context `keelson-1`.
+fn write_kubeconfig(dir: &Path, manifest: &Manifest) -> Result<(), LocalClusterError> {
+    let pki = dir.join("pki");
+    let pki_err = |e: keelson_pki::PkiError| LocalClusterError::Pki(e.to_string());
+    let ca = keelson_pki::ClusterCa::load_or_create(&pki, "keelson").map_err(pki_err)?;
+    let admin = ca
+        .load_or_issue(&pki, "admin", |ca| ca.issue_client(keelson_pki::ADMIN_USER, &[keelson_pki::ADMIN_GROUP]))
+        .map_err(pki_err)?;
+    let contexts: Vec<_> = manifest
+        .servers
+        .iter()
+        .map(|s| keelson_pki::KubeconfigContext { name: s.name.clone(), server: format!("https://{}", s.api_addr) })
+        .collect();
+    let text = keelson_pki::kubeconfig(&contexts, ca.cert_pem(), "admin", &admin);
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, text).map_err(io_err(&path))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(io_err(&path))
+}
+
 fn free_port() -> Result<u16, LocalClusterError> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(io_err(Path::new("127.0.0.1:0")))?;
     Ok(l.local_addr().map_err(io_err(Path::new("127.0.0.1:0")))?.port())
@@ -99,6 +125,7 @@ impl LocalCluster {
                 } else {
                     (spec.base_port + i as u16, spec.base_port + 100 + i as u16)
                 };
+                let api_port = if spec.base_port == 0 { free_port()? } else { spec.base_port + 200 + i as u16 };
                 let name = format!("keelson-{i}");
                 servers.push(ServerEntry {
                     data_dir: spec.dir.join(&name),
@@ -106,11 +133,17 @@ impl LocalCluster {
                     pid: None,
                     raft_addr: format!("127.0.0.1:{raft_port}"),
                     metrics_addr: format!("127.0.0.1:{metrics_port}"),
+                    api_addr: format!("127.0.0.1:{api_port}"),
                     running: false,
                 });
             }
             Manifest { servers }
         };
+        let mut manifest = manifest;
+        for s in manifest.servers.iter_mut().filter(|s| s.api_addr.is_empty()) {
+            s.api_addr = format!("127.0.0.1:{}", free_port()?);
+        }
+        write_kubeconfig(&spec.dir, &manifest)?;
         let n = manifest.servers.len();
         let mut cluster = Self { spec, manifest, children: (0..n).map(|_| None).collect() };
         if resumed {
@@ -129,7 +162,8 @@ impl LocalCluster {
                 cluster.wait_members(i + 1, Duration::from_secs(60)).await?;
             }
         }
-        progress("all servers are voters; cluster ready");
+        cluster.wait_api(Duration::from_secs(60)).await?;
+        progress("all servers are voters and serve the Kubernetes API; cluster ready");
         Ok(cluster)
     }
 
@@ -166,6 +200,10 @@ impl LocalCluster {
             .arg(&entry.raft_addr)
             .arg("--metrics-addr")
             .arg(&entry.metrics_addr)
+            .arg("--api-listen")
+            .arg(&entry.api_addr)
+            .arg("--pki-dir")
+            .arg(self.spec.dir.join("pki"))
             .args(bootstrap.unwrap_or_default())
             .args(&self.spec.extra_args)
             .stdin(Stdio::null())
@@ -217,6 +255,25 @@ impl LocalCluster {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Waits until every running server accepts connections on its API address.
+    pub async fn wait_api(&self, timeout: Duration) -> Result<(), LocalClusterError> {
+        let deadline = Instant::now() + timeout;
+        for s in self.manifest.servers.iter().filter(|s| s.running) {
+            while tokio::net::TcpStream::connect(&s.api_addr).await.is_err() {
+                if Instant::now() >= deadline {
+                    return Err(LocalClusterError::NotReady(format!("{} does not serve the API at {} within {timeout:?}", s.name, s.api_addr)));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// The kubeconfig with one context per server.
+    pub fn kubeconfig_path(&self) -> PathBuf {
+        self.spec.dir.join("kubeconfig")
     }
 
     /// Waits until every running server answers and agrees on a leader.

@@ -1,0 +1,13 @@
+//! Kubernetes API machinery as pure functions over `serde_json::Value`.
+//!
+//! - [`labels`]: label selectors (equality- and set-based), parse and match;
+//! - [`fields`]: field selectors, parse and match against an object;
+//! - [`patch`]: JSON patch (RFC 6902), JSON merge patch (RFC 7386), strategic merge patch;
+//! - [`table`]: `meta.k8s.io/v1 Table` columns and rows per resource.
+//!
+//! Architecture invariant: nothing here does I/O or knows about the store.
+
+pub mod fields;
+pub mod labels;
+pub mod patch;
+pub mod table;

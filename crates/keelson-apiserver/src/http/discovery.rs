@@ -1,0 +1,140 @@
+//! `/version` and API discovery (`/api`, `/apis`, per group-version resource lists).
+
+use serde_json::{json, Value};
+
+use crate::catalog::{group_versions, Subresource, RESOURCES};
+
+/// The Kubernetes version this server speaks. kubectl's dispatcher picks its own minor
+/// version from this.
+pub const KUBE_MINOR: &str = "33";
+
+pub fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": KUBE_MINOR,
+        "gitVersion": format!("v1.{KUBE_MINOR}.0+keelson-{}", env!("CARGO_PKG_VERSION")),
+        "gitCommit": "",
+        "gitTreeState": "clean",
+        "buildDate": "",
+        "goVersion": "",
+        "compiler": "rustc",
+        "platform": "linux/amd64",
+    })
+}
+
+fn group_json(group: &str) -> Value {
+    let versions: Vec<Value> = group_versions()
+        .into_iter()
+        .filter(|(g, _)| *g == group)
+        .map(|(g, v)| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+        .collect();
+    json!({"name": group, "versions": versions, "preferredVersion": versions[0]})
+}
+
+pub fn group_list(legacy: bool, advertise: &str) -> Value {
+    if legacy {
+        return json!({
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": advertise}],
+        });
+    }
+    let mut groups: Vec<&str> = Vec::new();
+    for (g, _) in group_versions() {
+        if !g.is_empty() && !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups.iter().map(|g| group_json(g)).collect::<Vec<_>>()})
+}
+
+pub fn group(name: &str) -> Option<Value> {
+    if name.is_empty() || !group_versions().iter().any(|(g, _)| *g == name) {
+        return None;
+    }
+    let mut g = group_json(name);
+    g["kind"] = json!("APIGroup");
+    g["apiVersion"] = json!("v1");
+    Some(g)
+}
+
+const ALL_VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+
+pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+    let defs: Vec<_> = RESOURCES.iter().filter(|r| r.group == group && r.version == version).collect();
+    if defs.is_empty() {
+        return None;
+    }
+    let mut resources = Vec::new();
+    for d in defs {
+        let mut r = json!({
+            "name": d.plural,
+            "singularName": d.singular,
+            "namespaced": d.namespaced,
+            "kind": d.kind,
+            "verbs": ALL_VERBS,
+        });
+        if !d.short_names.is_empty() {
+            r["shortNames"] = json!(d.short_names);
+        }
+        if !d.categories.is_empty() {
+            r["categories"] = json!(d.categories);
+        }
+        resources.push(r);
+        for s in d.subresources {
+            let (kind, group, version, verbs): (&str, Option<&str>, Option<&str>, &[&str]) = match s {
+                Subresource::Status => (d.kind, None, None, &["get", "patch", "update"]),
+                Subresource::Scale => ("Scale", Some("autoscaling"), Some("v1"), &["get", "patch", "update"]),
+                Subresource::Log => ("Pod", None, None, &["get"]),
+                Subresource::Exec => ("PodExecOptions", None, None, &["create", "get"]),
+                Subresource::Eviction => ("Eviction", Some("policy"), Some("v1"), &["create"]),
+                Subresource::Binding => ("Binding", None, None, &["create"]),
+                Subresource::Finalize => ("Namespace", None, None, &["update"]),
+            };
+            let mut sr = json!({
+                "name": format!("{}/{}", d.plural, s.name()),
+                "singularName": "",
+                "namespaced": d.namespaced,
+                "kind": kind,
+                "verbs": verbs,
+            });
+            if let (Some(g), Some(v)) = (group, version) {
+                sr["group"] = json!(g);
+                sr["version"] = json!(v);
+            }
+            resources.push(sr);
+        }
+    }
+    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn core_list_has_pods_with_subresources() {
+        let l = resource_list("", "v1").unwrap();
+        let names: Vec<&str> = l["resources"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+        for n in ["pods", "pods/log", "pods/exec", "pods/eviction", "pods/status", "services", "nodes", "namespaces/finalize"] {
+            assert!(names.contains(&n), "{n} missing");
+        }
+        let apps = resource_list("apps", "v1").unwrap();
+        let scale = apps["resources"].as_array().unwrap().iter().find(|r| r["name"] == "deployments/scale").unwrap();
+        assert_eq!(scale["group"], "autoscaling");
+        assert!(resource_list("apps", "v2").is_none());
+    }
+
+    #[test]
+    fn group_list_names_every_group_once() {
+        let l = group_list(false, "x");
+        let names: Vec<&str> = l["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+        assert!(names.contains(&"apps") && names.contains(&"rbac.authorization.k8s.io"));
+        let mut d = names.clone();
+        d.dedup();
+        assert_eq!(d.len(), names.len());
+        assert!(group("").is_none());
+        assert_eq!(group("batch").unwrap()["preferredVersion"]["groupVersion"], "batch/v1");
+    }
+}

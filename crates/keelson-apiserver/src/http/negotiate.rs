@@ -1,0 +1,148 @@
+//! Content negotiation: request body formats and response representations.
+
+use http::HeaderMap;
+use serde_json::Value;
+
+use crate::error::ApiError;
+
+/// Largest accepted request body (the Kubernetes limit is 3 MiB).
+pub const MAX_BODY: usize = 3 << 20;
+
+/// How a PATCH body is to be applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatchKind {
+    Json,
+    Merge,
+    Strategic,
+    Apply,
+}
+
+fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// The PATCH type named by the Content-Type.
+pub fn patch_kind(headers: &HeaderMap) -> Result<PatchKind, ApiError> {
+    match content_type(headers).as_str() {
+        "application/json-patch+json" => Ok(PatchKind::Json),
+        "application/merge-patch+json" => Ok(PatchKind::Merge),
+        "application/strategic-merge-patch+json" => Ok(PatchKind::Strategic),
+        "application/apply-patch+yaml" | "application/apply-patch+json" => Ok(PatchKind::Apply),
+        other => Err(ApiError::UnsupportedMediaType(format!(
+            "the body of the request was in an unknown format ({other:?}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json"
+        ))),
+    }
+}
+
+/// Decodes a create/update body by its Content-Type (JSON, YAML, or Kubernetes protobuf).
+pub fn decode_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+    if body.len() > MAX_BODY {
+        return Err(ApiError::TooLarge(format!("the request body is {} bytes; the limit is {MAX_BODY}", body.len())));
+    }
+    let ct = content_type(headers);
+    match ct.as_str() {
+        "" | "application/json" | "*/*" => parse_json(body),
+        "application/yaml" | "application/x-yaml" | "text/yaml" | "application/apply-patch+yaml" => parse_yaml(body),
+        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body),
+        other => Err(ApiError::UnsupportedMediaType(format!(
+            "the body of the request was in an unknown format ({other:?}) - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf"
+        ))),
+    }
+}
+
+pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::BadRequest("the request body is empty".into()));
+    }
+    serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("the request body is not valid JSON: {e}")))
+}
+
+pub fn parse_yaml(body: &[u8]) -> Result<Value, ApiError> {
+    let text = std::str::from_utf8(body).map_err(|_| ApiError::BadRequest("the request body is not UTF-8".into()))?;
+    if text.trim().is_empty() {
+        return Err(ApiError::BadRequest("the request body is empty".into()));
+    }
+    if let Ok(v) = serde_json::from_str(text) {
+        return Ok(v);
+    }
+    serde_saphyr::from_str::<Value>(text).map_err(|e| ApiError::BadRequest(format!("the request body is not valid YAML: {e}")))
+}
+
+/// The representation a GET/LIST/WATCH should answer with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Representation {
+    Object,
+    /// `meta.k8s.io/v1 Table` (kubectl get).
+    Table,
+}
+
+/// Picks the response representation from the Accept header.
+pub fn representation(headers: &HeaderMap) -> Result<Representation, ApiError> {
+    let accept = headers.get(http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if accept.trim().is_empty() {
+        return Ok(Representation::Object);
+    }
+    let mut json_ok = false;
+    for part in accept.split(',') {
+        let mut params = part.split(';').map(str::trim);
+        let mime = params.next().unwrap_or("").to_ascii_lowercase();
+        let params: Vec<&str> = params.collect();
+        let is_table = params.iter().any(|p| p.eq_ignore_ascii_case("as=Table"));
+        let g_meta = params.iter().any(|p| p.eq_ignore_ascii_case("g=meta.k8s.io"));
+        if (mime == "application/json" || mime == "*/*") && is_table && g_meta {
+            return Ok(Representation::Table);
+        }
+        let other_as = params.iter().any(|p| p.to_ascii_lowercase().starts_with("as="));
+        if (mime == "application/json" || mime == "*/*" || mime == "application/*") && !other_as {
+            json_ok = true;
+        }
+    }
+    if json_ok {
+        Ok(Representation::Object)
+    } else {
+        Err(ApiError::NotAcceptable(format!("only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io (asked for {accept:?})")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(k: http::header::HeaderName, v: &str) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        m.insert(k, v.parse().unwrap());
+        m
+    }
+
+    #[test]
+    fn kubectl_accept_headers() {
+        let t = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+        assert_eq!(representation(&h(http::header::ACCEPT, t)).unwrap(), Representation::Table);
+        assert_eq!(representation(&h(http::header::ACCEPT, "application/json")).unwrap(), Representation::Object);
+        assert_eq!(representation(&h(http::header::ACCEPT, "application/vnd.kubernetes.protobuf,application/json")).unwrap(), Representation::Object);
+        assert_eq!(representation(&h(http::header::ACCEPT, "application/vnd.kubernetes.protobuf")).unwrap_err().code(), 406);
+    }
+
+    #[test]
+    fn bodies() {
+        let yaml = h(http::header::CONTENT_TYPE, "application/yaml");
+        let v = decode_body(&yaml, b"metadata:\n  name: web\nspec:\n  replicas: 2\n").unwrap();
+        assert_eq!(v["metadata"]["name"], "web");
+        assert_eq!(v["spec"]["replicas"], 2);
+        let json = h(http::header::CONTENT_TYPE, "application/json");
+        assert_eq!(decode_body(&json, b"{nope").unwrap_err().code(), 400);
+        assert_eq!(decode_body(&json, b"").unwrap_err().code(), 400);
+        assert_eq!(decode_body(&h(http::header::CONTENT_TYPE, "text/html"), b"<p>").unwrap_err().code(), 415);
+        assert_eq!(decode_body(&json, &vec![b' '; MAX_BODY + 1]).unwrap_err().code(), 413);
+        assert_eq!(patch_kind(&h(http::header::CONTENT_TYPE, "application/strategic-merge-patch+json")).unwrap(), PatchKind::Strategic);
+        assert_eq!(patch_kind(&h(http::header::CONTENT_TYPE, "application/json")).unwrap_err().code(), 415);
+    }
+}

@@ -1,0 +1,194 @@
+//! What a request path and query address: pure parsing, no I/O.
+
+use std::collections::HashMap;
+
+use crate::catalog::{self, ResourceDef, Subresource};
+use crate::error::ApiError;
+
+/// A resource request, parsed from the URL.
+#[derive(Clone, Debug)]
+pub struct ResourceRequest {
+    pub def: &'static ResourceDef,
+    /// Namespace from the URL (`None` for cluster-scoped requests or all-namespace lists).
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub subresource: Option<Subresource>,
+}
+
+/// Where a path leads.
+#[derive(Debug)]
+pub enum Route {
+    Resource(ResourceRequest),
+    /// `/api` or `/apis`.
+    GroupList { legacy: bool },
+    /// `/apis/GROUP`.
+    Group(String),
+    /// `/api/v1` or `/apis/GROUP/VERSION`.
+    GroupVersion { group: String, version: String },
+    Version,
+    Health(String),
+    OpenApiV3Index,
+    /// `/openapi/v2`: answered empty (kubectl 1.27/1.28 `explain` needs a 200 before it
+    /// moves on to v3).
+    OpenApiV2,
+    OpenApiV3(String),
+    Metrics,
+    NotFound,
+}
+
+/// Splits a path into its route. Unknown resources are `NotFound`.
+pub fn route(path: &str) -> Route {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    match segs.as_slice() {
+        ["version"] => Route::Version,
+        [h @ ("healthz" | "livez" | "readyz"), ..] => Route::Health(h.to_string()),
+        ["metrics"] => Route::Metrics,
+        ["openapi", "v3"] => Route::OpenApiV3Index,
+        ["openapi", "v2"] => Route::OpenApiV2,
+        ["openapi", "v3", rest @ ..] if !rest.is_empty() => Route::OpenApiV3(rest.join("/")),
+        ["api"] => Route::GroupList { legacy: true },
+        ["apis"] => Route::GroupList { legacy: false },
+        ["api", "v1"] => Route::GroupVersion { group: String::new(), version: "v1".into() },
+        ["apis", g] => Route::Group(g.to_string()),
+        ["apis", g, v] => Route::GroupVersion { group: g.to_string(), version: v.to_string() },
+        ["api", "v1", rest @ ..] => resource_route("", "v1", rest),
+        ["apis", g, v, rest @ ..] => resource_route(g, v, rest),
+        _ => Route::NotFound,
+    }
+}
+
+fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
+    let mk = |def: Option<&'static ResourceDef>, ns: Option<&str>, name: Option<&str>, sub: Option<&str>| -> Route {
+        let Some(def) = def else { return Route::NotFound };
+        let subresource = match sub {
+            None => None,
+            Some(s) => match Subresource::parse(s).filter(|s| def.has_subresource(*s)) {
+                Some(s) => Some(s),
+                None => return Route::NotFound,
+            },
+        };
+        if ns.is_some() && !def.namespaced {
+            return Route::NotFound;
+        }
+        Route::Resource(ResourceRequest {
+            def,
+            namespace: ns.map(String::from),
+            name: name.map(String::from),
+            subresource,
+        })
+    };
+    let lookup = |plural: &str| catalog::lookup(group, version, plural);
+    match rest {
+        // /namespaces/NS/RESOURCE[/NAME[/SUB]] — unless RESOURCE is a namespace subresource.
+        ["namespaces", ns, res, tail @ ..] if lookup(res).is_some_and(|d| d.namespaced) => match tail {
+            [] => mk(lookup(res), Some(ns), None, None),
+            [name] => mk(lookup(res), Some(ns), Some(name), None),
+            [name, sub] => mk(lookup(res), Some(ns), Some(name), Some(sub)),
+            _ => Route::NotFound,
+        },
+        [res] => mk(lookup(res), None, None, None),
+        [res, name] => mk(lookup(res), None, Some(name), None),
+        [res, name, sub] => mk(lookup(res), None, Some(name), Some(sub)),
+        _ => Route::NotFound,
+    }
+}
+
+/// The query string, decoded (`+` is a space, as kubectl form-encodes selectors).
+pub fn parse_query(q: Option<&str>) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    for pair in q.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        out.insert(percent_decode(k), percent_decode(v));
+    }
+    out
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16) {
+                    Ok(v) => {
+                        out.push(v);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Parses a boolean query parameter.
+pub fn query_bool(q: &HashMap<String, String>, key: &str) -> Result<bool, ApiError> {
+    match q.get(key).map(String::as_str) {
+        None | Some("") | Some("false") | Some("0") => Ok(false),
+        Some("true") | Some("1") => Ok(true),
+        Some(v) => Err(ApiError::BadRequest(format!("invalid value {v:?} for query parameter {key}: expected true or false"))),
+    }
+}
+
+/// Parses an integer query parameter.
+pub fn query_i64(q: &HashMap<String, String>, key: &str) -> Result<Option<i64>, ApiError> {
+    match q.get(key).map(String::as_str) {
+        None | Some("") => Ok(None),
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| ApiError::BadRequest(format!("invalid value {v:?} for query parameter {key}: expected an integer"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res(path: &str) -> ResourceRequest {
+        match route(path) {
+            Route::Resource(r) => r,
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn resource_paths() {
+        let r = res("/api/v1/namespaces/default/pods/web-1/log");
+        assert_eq!((r.def.plural, r.namespace.as_deref(), r.name.as_deref(), r.subresource), ("pods", Some("default"), Some("web-1"), Some(Subresource::Log)));
+        let r = res("/api/v1/pods");
+        assert_eq!((r.def.plural, r.namespace, r.name), ("pods", None, None));
+        let r = res("/api/v1/namespaces/kube-system");
+        assert_eq!((r.def.plural, r.name.as_deref()), ("namespaces", Some("kube-system")));
+        let r = res("/api/v1/namespaces/foo/status");
+        assert_eq!((r.def.plural, r.name.as_deref(), r.subresource), ("namespaces", Some("foo"), Some(Subresource::Status)));
+        let r = res("/apis/apps/v1/namespaces/d/deployments/web/scale");
+        assert_eq!((r.def.kind, r.subresource), ("Deployment", Some(Subresource::Scale)));
+        let r = res("/apis/rbac.authorization.k8s.io/v1/clusterroles/system:admin");
+        assert_eq!(r.name.as_deref(), Some("system:admin"));
+    }
+
+    #[test]
+    fn unknown_paths_are_not_found() {
+        for p in ["/api/v1/widgets", "/apis/apps/v1/namespaces/d/nodes", "/api/v1/namespaces/d/pods/x/scale", "/apis/apps/v2/deployments", "/foo"] {
+            assert!(matches!(route(p), Route::NotFound), "{p}");
+        }
+        assert!(matches!(route("/apis/apps/v1"), Route::GroupVersion { .. }));
+        assert!(matches!(route("/openapi/v3/apis/apps/v1"), Route::OpenApiV3(p) if p == "apis/apps/v1"));
+    }
+
+    #[test]
+    fn query_decoding_handles_form_encoding() {
+        let q = parse_query(Some("labelSelector=app+in+%28web%2Cseed%29%2Ctier%21%3Dx&limit=500&watch"));
+        assert_eq!(q["labelSelector"], "app in (web,seed),tier!=x");
+        assert_eq!(query_i64(&q, "limit").unwrap(), Some(500));
+        assert_eq!(q["watch"], "");
+        assert!(query_bool(&parse_query(Some("watch=maybe")), "watch").is_err());
+        assert_eq!(parse_query(Some("a=%zz%4"))["a"], "%zz%4");
+    }
+}

@@ -1,0 +1,197 @@
+//! Subresources: status, scale, binding, eviction, finalize, and the node-agent ones
+//! (log, exec).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::Request;
+use axum::response::Response;
+use http::{Method, StatusCode};
+use keelson_apimachinery::labels::LabelSelector;
+use serde_json::{json, Value};
+
+use super::negotiate::{self, Representation};
+use super::request::ResourceRequest;
+use super::resource::{check_schema, delete_options, dry_run, object_response, read_body};
+use super::{json_response, patch, ApiState};
+use crate::catalog::{self, ResourceDef, Subresource};
+use crate::error::ApiError;
+use crate::meta::UpdateScope;
+use crate::registry::{DeleteOptions, Deleted};
+use crate::storage::list_prefix;
+
+pub(crate) async fn handle(
+    state: &Arc<ApiState>,
+    rr: ResourceRequest,
+    sub: Subresource,
+    q: HashMap<String, String>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let def = rr.def;
+    let Some(name) = rr.name.clone() else { return Err(ApiError::NoRoute) };
+    let ns = rr.namespace.clone();
+    let reg = &state.registry;
+    let method = req.method().clone();
+    let repr = negotiate::representation(req.headers()).unwrap_or(Representation::Object);
+    match (sub, method) {
+        (Subresource::Status, Method::GET) => {
+            let s = reg.get(def, ns.as_deref(), &name).await?;
+            object_response(StatusCode::OK, def, &s.obj, repr, &q)
+        }
+        (Subresource::Status | Subresource::Finalize, Method::PUT) => {
+            let (headers, body) = read_body(req).await?;
+            let obj = negotiate::decode_body(&headers, &body)?;
+            check_schema(def, &q, &obj)?;
+            let scope = if sub == Subresource::Status { UpdateScope::Status } else { UpdateScope::Main };
+            let (obj, _) = reg
+                .update_with(def, ns.as_deref(), &name, scope, dry_run(&q)?, |cur| {
+                    Ok(cur.map(|c| {
+                        if sub == Subresource::Finalize {
+                            // Only spec.finalizers may change through finalize.
+                            let mut next = c.clone();
+                            next["spec"]["finalizers"] = obj.pointer("/spec/finalizers").cloned().unwrap_or(json!([]));
+                            next
+                        } else {
+                            obj.clone()
+                        }
+                    }))
+                })
+                .await?;
+            object_response(StatusCode::OK, def, &obj, Representation::Object, &q)
+        }
+        (Subresource::Status, Method::PATCH) => {
+            let (headers, body) = read_body(req).await?;
+            let (obj, _) = patch::patch(state, &rr, &name, UpdateScope::Status, &q, &headers, &body).await?;
+            object_response(StatusCode::OK, def, &obj, Representation::Object, &q)
+        }
+        (Subresource::Scale, Method::GET) => {
+            let s = reg.get(def, ns.as_deref(), &name).await?;
+            Ok(json_response(StatusCode::OK, &scale_of(&s.obj)))
+        }
+        (Subresource::Scale, Method::PUT | Method::PATCH) => {
+            let is_patch = req.method() == Method::PATCH;
+            let (headers, body) = read_body(req).await?;
+            let input = if is_patch { None } else { Some(negotiate::decode_body(&headers, &body)?) };
+            let kind = if is_patch { Some(negotiate::patch_kind(&headers)?) } else { None };
+            let patch_body = if is_patch { Some(negotiate::parse_json(&body)?) } else { None };
+            let manager = super::patch::manager(&q, &headers);
+            let (obj, _) = reg
+                .update_with(def, ns.as_deref(), &name, UpdateScope::Main, dry_run(&q)?, |cur| {
+                    let Some(cur) = cur else { return Ok(None) };
+                    let current_scale = scale_of(cur);
+                    let desired = match (&input, kind, &patch_body) {
+                        (Some(i), _, _) => i.clone(),
+                        (None, Some(negotiate::PatchKind::Json), Some(p)) => keelson_apimachinery::patch::json_patch::apply(&current_scale, p)
+                            .map_err(|e| ApiError::BadRequest(e.to_string()))?,
+                        (None, Some(_), Some(p)) => keelson_apimachinery::patch::merge_patch::apply(&current_scale, p),
+                        _ => unreachable!("a scale request is a PUT or a PATCH"),
+                    };
+                    if let Some(rv) = desired.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
+                        if Some(rv) != cur.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
+                            return Err(ApiError::conflict(&def.qualified(), &name));
+                        }
+                    }
+                    let replicas = desired.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
+                    if replicas < 0 {
+                        return Err(ApiError::invalid("Scale", "autoscaling", &name, vec![crate::error::Cause::invalid("spec.replicas", "Invalid value: must be greater than or equal to 0")]));
+                    }
+                    let mut next = cur.clone();
+                    next["spec"]["replicas"] = json!(replicas);
+                    next["metadata"].as_object_mut().map(|m| m.remove("resourceVersion"));
+                    crate::fieldset::record_update(Some(cur), &mut next, &manager, &def.api_version(), &crate::registry::now_rfc3339(), Some("scale"));
+                    Ok(Some(next))
+                })
+                .await?;
+            Ok(json_response(StatusCode::OK, &scale_of(&obj)))
+        }
+        (Subresource::Binding, Method::POST) => {
+            let (headers, body) = read_body(req).await?;
+            let binding = negotiate::decode_body(&headers, &body)?;
+            let node = binding.pointer("/target/name").and_then(Value::as_str).unwrap_or("").to_string();
+            if node.is_empty() {
+                return Err(ApiError::invalid("Binding", "", &name, vec![crate::error::Cause::required("target.name")]));
+            }
+            reg.update_with(def, ns.as_deref(), &name, UpdateScope::Main, dry_run(&q)?, |cur| {
+                let Some(cur) = cur else { return Ok(None) };
+                if let Some(existing) = cur.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+                    return Err(ApiError::Conflict { resource: "pods".into(), name: name.clone(), message: format!("Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{existing}\"") });
+                }
+                let mut next = cur.clone();
+                next["spec"]["nodeName"] = json!(node);
+                next["metadata"].as_object_mut().map(|m| m.remove("resourceVersion"));
+                Ok(Some(next))
+            })
+            .await?;
+            Ok(json_response(StatusCode::CREATED, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})))
+        }
+        (Subresource::Eviction, Method::POST) => {
+            let (headers, body) = read_body(req).await?;
+            let eviction = if body.is_empty() { json!({}) } else { negotiate::decode_body(&headers, &body)? };
+            let pod = reg.get(def, ns.as_deref(), &name).await?;
+            check_disruption_budgets(state, ns.as_deref().unwrap_or("default"), &pod.obj).await?;
+            let mut opts = match eviction.get("deleteOptions") {
+                Some(d) if d.is_object() => delete_options(&q, &http::HeaderMap::new(), d.to_string().as_bytes())?,
+                _ => DeleteOptions::default(),
+            };
+            opts.dry_run |= dry_run(&q)?;
+            match reg.delete(def, ns.as_deref(), &name, &opts).await? {
+                Deleted::Gone(_) | Deleted::Pending(_) => {}
+            }
+            Ok(json_response(StatusCode::CREATED, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})))
+        }
+        (Subresource::Log | Subresource::Exec, _) => {
+            let pod = reg.get(def, ns.as_deref(), &name).await?;
+            let node = pod.obj.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("");
+            if node.is_empty() {
+                return Err(ApiError::BadRequest(format!("pod {name} does not have a host assigned")));
+            }
+            Err(ApiError::Unavailable(format!(
+                "cannot reach the node agent of node {node:?} for pods/{}: no keelson agent is registered for that node",
+                sub.name()
+            )))
+        }
+        _ => Err(ApiError::MethodNotAllowed),
+    }
+}
+
+/// The `autoscaling/v1 Scale` view of a workload.
+pub(crate) fn scale_of(obj: &Value) -> Value {
+    let selector = obj
+        .pointer("/spec/selector")
+        .and_then(|s| LabelSelector::from_label_selector_json(s).ok())
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    let m = &obj["metadata"];
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": m["name"], "namespace": m["namespace"], "uid": m["uid"],
+            "resourceVersion": m["resourceVersion"], "creationTimestamp": m["creationTimestamp"],
+        },
+        "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(0))},
+        "status": {"replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)), "selector": selector},
+    })
+}
+
+/// Refuses an eviction that a PodDisruptionBudget covering the pod does not allow.
+async fn check_disruption_budgets(state: &Arc<ApiState>, ns: &str, pod: &Value) -> Result<(), ApiError> {
+    let pdbs: &ResourceDef = catalog::lookup("policy", "v1", "poddisruptionbudgets").expect("served");
+    let page = state.registry.store.list_page(&list_prefix(pdbs, Some(ns)), None, 0, 0, false).await?;
+    for pdb in page.items {
+        let Some(sel) = pdb.obj.pointer("/spec/selector").and_then(|s| LabelSelector::from_label_selector_json(s).ok()) else { continue };
+        if sel.is_empty() || !sel.matches_object(pod) {
+            continue;
+        }
+        let allowed = pdb.obj.pointer("/status/disruptionsAllowed").and_then(Value::as_i64).unwrap_or(0);
+        if allowed <= 0 {
+            return Err(ApiError::TooManyRequests(format!(
+                "Cannot evict pod as it would violate the pod's disruption budget. The disruption budget {} needs {} healthy pods and has {} currently",
+                pdb.obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""),
+                pdb.obj.pointer("/status/desiredHealthy").and_then(Value::as_i64).unwrap_or(0),
+                pdb.obj.pointer("/status/currentHealthy").and_then(Value::as_i64).unwrap_or(0),
+            )));
+        }
+    }
+    Ok(())
+}

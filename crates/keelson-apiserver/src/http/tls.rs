@@ -1,0 +1,57 @@
+//! HTTPS serving: TLS with optional client certificates, one identity per connection.
+
+use std::sync::Arc;
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+
+use crate::ApiServerError;
+
+/// Who is on the other end of a connection, from its client certificate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+fn pem_certs(pem: &str) -> Result<Vec<CertificateDer<'static>>, ApiServerError> {
+    rustls_pemfile::certs(&mut pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ApiServerError::Tls(format!("reading certificates: {e}")))
+}
+
+/// A rustls server config serving `cert_pem`/`key_pem`, asking for (but not requiring)
+/// client certificates signed by `client_ca_pem`.
+pub fn server_config(cert_pem: &str, key_pem: &str, client_ca_pem: &str) -> Result<ServerConfig, ApiServerError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs = pem_certs(cert_pem)?;
+    let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut key_pem.as_bytes())
+        .map_err(|e| ApiServerError::Tls(format!("reading the serving key: {e}")))?
+        .ok_or_else(|| ApiServerError::Tls("no private key in the serving key file".into()))?;
+    let mut roots = RootCertStore::empty();
+    for c in pem_certs(client_ca_pem)? {
+        roots.add(c).map_err(|e| ApiServerError::Tls(format!("client CA: {e}")))?;
+    }
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| ApiServerError::Tls(format!("client verifier: {e}")))?;
+    let mut cfg = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ApiServerError::Tls(e.to_string()))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .map_err(|e| ApiServerError::Tls(format!("serving certificate: {e}")))?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+/// The identity in a verified client certificate: CN = user, O = groups.
+pub fn identity_of(cert: &CertificateDer<'_>) -> Option<Identity> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    let subject = parsed.subject();
+    let user = subject.iter_common_name().next()?.as_str().ok()?.to_string();
+    let groups = subject.iter_organization().filter_map(|o| o.as_str().ok().map(String::from)).collect();
+    Some(Identity { user, groups })
+}

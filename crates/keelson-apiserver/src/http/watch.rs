@@ -1,0 +1,250 @@
+//! WATCH: a stream of `{"type":…,"object":…}` lines from the store's watch.
+//!
+//! resourceVersion semantics: unset → the current state as synthetic ADDED events
+//! (read linearizably), then changes; `0` → the same from this replica's state; `N` →
+//! every change after N. `sendInitialEvents=true` also starts with the state and, with
+//! bookmarks allowed, ends it with a bookmark annotated `k8s.io/initial-events-end`.
+//! A compacted N gets an ERROR event carrying a 410 Status.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::Response;
+use futures::StreamExt;
+use keelson_client::api::{WatchCreate, WatchResponseKind};
+use keelson_mvcc::{EventKind, KeyRange, Revision};
+use rand::Rng;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::list::{self, Selectors};
+use super::negotiate::Representation;
+use super::request::{query_bool, query_i64, ResourceRequest};
+use super::ApiState;
+use crate::catalog::ResourceDef;
+use crate::error::ApiError;
+use crate::storage::{decode, list_prefix, object_key, set_resource_version};
+
+/// Events buffered per watch before the producer waits for the client.
+const WATCH_BUFFER: usize = 256;
+
+struct WatchSpec {
+    def: &'static ResourceDef,
+    range: KeyRange,
+    selectors: Selectors,
+    bookmarks: bool,
+    repr: Representation,
+    include: keelson_apimachinery::table::IncludeObject,
+}
+
+pub(crate) async fn serve(
+    state: Arc<ApiState>,
+    rr: ResourceRequest,
+    q: HashMap<String, String>,
+    selectors: Selectors,
+    repr: Representation,
+) -> Result<Response, ApiError> {
+    let def = rr.def;
+    let rv = q.get("resourceVersion").cloned().unwrap_or_default();
+    let send_initial = match q.get("sendInitialEvents").map(String::as_str) {
+        Some("true") => Some(true),
+        Some("false") => Some(false),
+        None | Some("") => None,
+        Some(v) => return Err(ApiError::BadRequest(format!("invalid sendInitialEvents {v:?}"))),
+    };
+    let bookmarks = query_bool(&q, "allowWatchBookmarks")?;
+    if send_initial == Some(true) && !bookmarks {
+        return Err(ApiError::Invalid {
+            kind: "ListOptions".into(),
+            group: "meta.k8s.io".into(),
+            name: String::new(),
+            causes: vec![crate::error::Cause::invalid("allowWatchBookmarks", "sendInitialEvents requires setting allowWatchBookmarks=true")],
+        });
+    }
+    let timeout = match query_i64(&q, "timeoutSeconds")? {
+        Some(t) if t > 0 => Duration::from_secs(t as u64),
+        // Like Kubernetes: between 30 and 60 minutes, so clients spread their re-watches.
+        _ => Duration::from_secs(rand::thread_rng().gen_range(1800..3600)),
+    };
+    let range = match selectors.pinned_name().filter(|_| rr.namespace.is_some() || !def.namespaced) {
+        Some(name) => KeyRange::single(object_key(def, rr.namespace.as_deref(), name)),
+        None => KeyRange::prefix(list_prefix(def, rr.namespace.as_deref())),
+    };
+    let initial = send_initial.unwrap_or(rv.is_empty() || rv == "0");
+    let start_rv: Option<Revision> = if initial || rv.is_empty() || rv == "0" {
+        None
+    } else {
+        Some(rv.parse().map_err(|_| ApiError::BadRequest(format!("invalid resource version {rv:?}")))?)
+    };
+    let include = list::include_object(&q)?;
+    let spec = WatchSpec { def, range, selectors, bookmarks, repr, include };
+
+    // The initial state, if asked for, is read before the response starts so errors
+    // are still proper HTTP statuses.
+    let mut first = Vec::new();
+    let from = match start_rv {
+        Some(n) => n + 1,
+        None => {
+            let mut lq = HashMap::new();
+            if rv == "0" {
+                lq.insert("resourceVersion".to_string(), "0".to_string());
+            }
+            let listed = list::list(&state.registry, &rr, &lq, &spec.selectors).await?;
+            if initial {
+                for s in &listed.items {
+                    first.push(spec.event("ADDED", s.obj.clone()));
+                }
+            }
+            if send_initial == Some(true) {
+                let mut b = spec.bookmark(listed.revision);
+                b["object"]["metadata"]["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+                first.push(b);
+            }
+            listed.revision + 1
+        }
+    };
+
+    let (tx, rx) = mpsc::channel::<Result<bytes::Bytes, std::convert::Infallible>>(WATCH_BUFFER);
+    let shutdown = state.shutdown.clone();
+    tokio::spawn(async move {
+        for e in first {
+            if tx.send(Ok(line(&e))).await.is_err() {
+                return;
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = tokio::time::sleep(timeout) => {}
+            _ = follow(&state, &spec, from, &tx) => {}
+        }
+    });
+    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    Ok(Response::builder()
+        .status(200)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CACHE_CONTROL, "no-cache, private")
+        .body(body)
+        .expect("valid response"))
+}
+
+fn line(v: &Value) -> bytes::Bytes {
+    let mut b = serde_json::to_vec(v).expect("JSON values serialize");
+    b.push(b'\n');
+    b.into()
+}
+
+impl WatchSpec {
+    fn event(&self, ty: &str, obj: Value) -> Value {
+        let object = match self.repr {
+            Representation::Object => obj,
+            Representation::Table => {
+                let rv = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("").to_string();
+                list::table_object(self.def, std::slice::from_ref(&obj), self.include, &rv, None)
+            }
+        };
+        json!({"type": ty, "object": object})
+    }
+
+    fn bookmark(&self, rev: Revision) -> Value {
+        json!({"type": "BOOKMARK", "object": {"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": {"resourceVersion": rev.to_string()}}})
+    }
+}
+
+fn error_event(e: &ApiError) -> Value {
+    json!({"type": "ERROR", "object": e.status()})
+}
+
+/// Follows the store from revision `from`, re-opening the store watch where it left off
+/// if the store cancels it (slow consumer), until the client goes away.
+async fn follow(state: &ApiState, spec: &WatchSpec, mut from: Revision, tx: &mpsc::Sender<Result<bytes::Bytes, std::convert::Infallible>>) {
+    let client = state.registry.store.client().clone();
+    loop {
+        let create = WatchCreate { watch_id: 1, range: spec.range.clone(), start_revision: from, prev_kv: true, progress_notify: spec.bookmarks };
+        let (_ctl, mut stream) = match client.watch(create).await {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = tx.send(Ok(line(&error_event(&ApiError::from(e))))).await;
+                return;
+            }
+        };
+        while let Some(msg) = stream.next().await {
+            let resp = match msg {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = tx.send(Ok(line(&error_event(&ApiError::from(e))))).await;
+                    return;
+                }
+            };
+            let out: Vec<Value> = match resp.kind {
+                WatchResponseKind::Created { .. } => continue,
+                WatchResponseKind::Events(events) => {
+                    let mut out = Vec::new();
+                    for ev in events {
+                        from = ev.kv.mod_revision + 1;
+                        match translate(spec, ev) {
+                            Ok(Some(e)) => out.push(e),
+                            Ok(None) => {}
+                            Err(e) => out.push(error_event(&e)),
+                        }
+                    }
+                    out
+                }
+                WatchResponseKind::Progress => {
+                    from = from.max(resp.header.revision + 1);
+                    if spec.bookmarks {
+                        vec![spec.bookmark(resp.header.revision)]
+                    } else {
+                        continue;
+                    }
+                }
+                WatchResponseKind::Compacted { compacted } => {
+                    let e = ApiError::Gone(format!("too old resource version: {} ({compacted})", from - 1));
+                    let mut st = error_event(&e);
+                    st["object"]["reason"] = json!("Expired");
+                    let _ = tx.send(Ok(line(&st))).await;
+                    return;
+                }
+                WatchResponseKind::Canceled { resume_revision, .. } => {
+                    from = resume_revision;
+                    break; // re-open from where the store stopped
+                }
+            };
+            for e in out {
+                if tx.send(Ok(line(&e))).await.is_err() {
+                    return;
+                }
+            }
+        }
+        if tx.is_closed() {
+            return;
+        }
+    }
+}
+
+/// One store event as a watch event, honouring selectors: an object that stops
+/// matching is DELETED for this watcher, one that starts matching is ADDED.
+fn translate(spec: &WatchSpec, ev: keelson_mvcc::Event) -> Result<Option<Value>, ApiError> {
+    let prev = ev.prev_kv.as_ref().map(decode).transpose()?;
+    let prev_match = prev.as_ref().is_some_and(|p| spec.selectors.matches(&p.obj));
+    match ev.kind {
+        EventKind::Put => {
+            let cur = decode(&ev.kv)?;
+            let cur_match = spec.selectors.matches(&cur.obj);
+            Ok(match (prev.is_some() && prev_match, cur_match) {
+                (true, true) => Some(spec.event("MODIFIED", cur.obj)),
+                (false, true) => Some(spec.event("ADDED", cur.obj)),
+                (true, false) => Some(spec.event("DELETED", cur.obj)),
+                (false, false) => None,
+            })
+        }
+        EventKind::Delete => Ok(match prev {
+            Some(mut p) if prev_match => {
+                set_resource_version(&mut p.obj, ev.kv.mod_revision);
+                Some(spec.event("DELETED", p.obj))
+            }
+            _ => None,
+        }),
+    }
+}

@@ -1,0 +1,43 @@
+//! The Kubernetes REST API, served over HTTPS by every replica from the replicated store.
+//!
+//! - [`catalog`]: the served resources (one table drives routing, discovery, storage);
+//! - [`meta`] and [`strategy`]: what happens to an object on create/update (pure);
+//! - [`registry`]: generic create/get/update/delete over [`storage::ObjectStore`];
+//! - [`http`]: routing, content negotiation, list/watch/patch, discovery, TLS;
+//! - [`allocator`]: Service ClusterIPs and NodePorts, allocated transactionally.
+//!
+//! Architecture invariants: the API server reaches the store only through
+//! `keelson_client::StoreClient` (its own replica's store API), so it holds no state of
+//! its own and any replica serves any request; resourceVersion is the store revision.
+
+pub mod allocator;
+pub mod catalog;
+pub mod error;
+pub mod fieldset;
+pub mod http;
+pub mod meta;
+mod namespaces;
+pub mod protobuf;
+pub mod registry;
+pub mod storage;
+pub mod strategy;
+
+use std::net::SocketAddr;
+
+pub use error::ApiError;
+pub use http::tls::Identity;
+pub use http::{serve, ApiServerConfig, ServingApi};
+
+/// Starting the API server failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiServerError {
+    /// The TLS material is unusable.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, #[source] source: std::io::Error },
+    /// The store client could not be created.
+    #[error("store client: {0}")]
+    Store(String),
+}

@@ -1,0 +1,300 @@
+//! The generic registry: create, read, update, delete and list of any catalog resource,
+//! combining the strategies ([`crate::meta`], [`crate::strategy`]) with [`ObjectStore`].
+
+use rand::Rng;
+use serde_json::{json, Value};
+
+use crate::allocator;
+use crate::catalog::{self, ResourceDef};
+use crate::error::ApiError;
+use crate::meta::{self, Minted, UpdateScope};
+use crate::storage::{object_key, Fence, ObjectStore, SideWrite, Stored, WriteOutcome};
+use crate::strategy;
+
+/// How often an update retries after losing a race with another writer (only when the
+/// caller gave no resourceVersion precondition).
+const UPDATE_ATTEMPTS: usize = 8;
+
+#[derive(Clone)]
+pub struct Registry {
+    pub store: ObjectStore,
+}
+
+/// Options of a DELETE.
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOptions {
+    pub grace_period_seconds: Option<i64>,
+    /// `Orphan`, `Background` or `Foreground`.
+    pub propagation_policy: Option<String>,
+    pub precondition_uid: Option<String>,
+    pub precondition_rv: Option<String>,
+    pub dry_run: bool,
+}
+
+/// What a delete did.
+pub enum Deleted {
+    /// The object is gone; this is its last state.
+    Gone(Value),
+    /// The object is marked for deletion (finalizers or grace period pending).
+    Pending(Value),
+}
+
+pub fn now_rfc3339() -> String {
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn mint() -> Minted {
+    let mut rng = rand::thread_rng();
+    let b: [u8; 16] = rng.gen();
+    let uid = format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+        u16::from_be_bytes([b[4], b[5]]),
+        u16::from_be_bytes([b[6], b[7]]) & 0x0fff,
+        (u16::from_be_bytes([b[8], b[9]]) & 0x3fff) | 0x8000,
+        u64::from_be_bytes([0, 0, b[10], b[11], b[12], b[13], b[14], b[15]])
+    );
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let suffix = (0..5).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect();
+    Minted { now: now_rfc3339(), uid, suffix }
+}
+
+fn namespaces() -> &'static ResourceDef {
+    catalog::lookup("", "v1", "namespaces").expect("namespaces are served")
+}
+
+impl Registry {
+    pub fn new(store: ObjectStore) -> Self {
+        Self { store }
+    }
+
+    pub async fn get(&self, def: &ResourceDef, ns: Option<&str>, name: &str) -> Result<Stored, ApiError> {
+        self.store
+            .get(&object_key(def, ns, name))
+            .await?
+            .ok_or_else(|| ApiError::not_found(def.qualified(), name))
+    }
+
+    /// The namespace fence of a write into `ns`: it must exist and not be terminating.
+    async fn namespace_fence(&self, ns: &str) -> Result<Fence, ApiError> {
+        let key = object_key(namespaces(), None, ns);
+        match self.store.get(&key).await? {
+            None => Err(ApiError::not_found("namespaces", ns)),
+            Some(n) if meta::is_deleting(&n.obj) || n.obj.pointer("/status/phase") == Some(&json!("Terminating")) => {
+                Err(ApiError::Forbidden(format!(
+                    "unable to create new content in namespace {ns} because it is being terminated"
+                )))
+            }
+            Some(n) => Ok(Fence { key, mod_revision: n.rv }),
+        }
+    }
+
+    /// Creates an object. `ns` is the namespace from the URL.
+    #[tracing::instrument(name = "create", skip_all, fields(resource = def.plural))]
+    pub async fn create(&self, def: &ResourceDef, ns: Option<&str>, mut obj: Value, dry_run: bool) -> Result<Value, ApiError> {
+        meta::prepare_create(def, &mut obj, ns, &mint())?;
+        strategy::apply_defaults(def, &mut obj, true);
+        if meta::name_of(&obj).is_empty() {
+            return Err(ApiError::invalid(def.kind, def.group, "", vec![crate::error::Cause::required("metadata.name")]));
+        }
+        strategy::validate(def, &obj)?;
+        let name = meta::name_of(&obj).to_string();
+        let ns = meta::namespace_of(&obj).map(str::to_string);
+        let mut fences = Vec::new();
+        if def.namespaced {
+            fences.push(self.namespace_fence(ns.as_deref().unwrap_or("default")).await?);
+        }
+        let key = object_key(def, ns.as_deref(), &name);
+        for _ in 0..UPDATE_ATTEMPTS {
+            let mut candidate = obj.clone();
+            let side = allocator::allocate(def, &key, &mut candidate)?;
+            if dry_run {
+                return Ok(candidate);
+            }
+            for (k, _) in &side {
+                fences.push(Fence { key: k.clone(), mod_revision: 0 });
+            }
+            match self.store.write(&key, Some(&candidate), 0, &fences, &side).await? {
+                WriteOutcome::Written(rv) => {
+                    crate::storage::set_resource_version(&mut candidate, rv);
+                    return Ok(candidate);
+                }
+                WriteOutcome::KeyMoved(_) => return Err(ApiError::AlreadyExists { resource: def.qualified(), name }),
+                WriteOutcome::Fenced => {
+                    // The namespace changed or an allocated address was taken: re-check.
+                    fences.retain(|f| !side.iter().any(|(k, _)| k == &f.key));
+                    if def.namespaced {
+                        fences[0] = self.namespace_fence(ns.as_deref().unwrap_or("default")).await?;
+                    }
+                }
+            }
+        }
+        Err(ApiError::Conflict { resource: def.qualified(), name, message: "too many concurrent changes; try again".into() })
+    }
+
+    /// Reads, changes and writes an object, retrying when another writer got in between
+    /// unless `change` pins a resourceVersion (then a conflict is the caller's to handle).
+    ///
+    /// `change` gets the current object (or `None` when absent) and returns the desired
+    /// object, or `Ok(None)` to create nothing when absent.
+    pub async fn update_with(
+        &self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        name: &str,
+        scope: UpdateScope,
+        dry_run: bool,
+        mut change: impl FnMut(Option<&Value>) -> Result<Option<Value>, ApiError>,
+    ) -> Result<(Value, bool), ApiError> {
+        let key = object_key(def, ns, name);
+        for _ in 0..UPDATE_ATTEMPTS {
+            let current = self.store.get(&key).await?;
+            let Some(current) = current else {
+                return match change(None)? {
+                    Some(obj) => Ok((self.create(def, ns, obj, dry_run).await?, true)),
+                    None => Err(ApiError::not_found(def.qualified(), name)),
+                };
+            };
+            let Some(mut desired) = change(Some(&current.obj))? else {
+                return Err(ApiError::not_found(def.qualified(), name));
+            };
+            let pinned = desired.pointer("/metadata/resourceVersion").and_then(Value::as_str).filter(|s| !s.is_empty()).map(String::from);
+            if let Some(rv) = &pinned {
+                if rv != &current.rv.to_string() {
+                    return Err(ApiError::conflict(&def.qualified(), name));
+                }
+            }
+            meta::prepare_update(def, &current.obj, &mut desired, scope)?;
+            strategy::apply_defaults(def, &mut desired, false);
+            strategy::validate(def, &desired)?;
+            let gone = delete_on_update(def, &current.obj, &desired);
+            if dry_run {
+                return Ok((desired, false));
+            }
+            let side: Vec<SideWrite> = if gone { allocator::release(def, &current.obj) } else { Vec::new() };
+            let outcome = self.store.write(&key, (!gone).then_some(&desired), current.rv, &[], &side).await?;
+            match outcome {
+                WriteOutcome::Written(rv) => {
+                    crate::storage::set_resource_version(&mut desired, rv);
+                    return Ok((desired, false));
+                }
+                _ if pinned.is_some() => return Err(ApiError::conflict(&def.qualified(), name)),
+                _ => continue,
+            }
+        }
+        Err(ApiError::conflict(&def.qualified(), name))
+    }
+
+    /// Deletes an object: at once, or by marking it (deletionTimestamp) when finalizers
+    /// or a graceful pod shutdown must run first.
+    #[tracing::instrument(name = "delete", skip_all, fields(resource = def.plural, name))]
+    pub async fn delete(&self, def: &ResourceDef, ns: Option<&str>, name: &str, opts: &DeleteOptions) -> Result<Deleted, ApiError> {
+        let key = object_key(def, ns, name);
+        for _ in 0..UPDATE_ATTEMPTS {
+            let current = self.get(def, ns, name).await?;
+            if let Some(uid) = &opts.precondition_uid {
+                if current.obj.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid) {
+                    return Err(ApiError::Conflict {
+                        resource: def.qualified(),
+                        name: name.into(),
+                        message: format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", current.obj.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("")),
+                    });
+                }
+            }
+            if let Some(rv) = &opts.precondition_rv {
+                if rv != &current.rv.to_string() {
+                    return Err(ApiError::Conflict {
+                        resource: def.qualified(),
+                        name: name.into(),
+                        message: format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", current.rv),
+                    });
+                }
+            }
+            let mut obj = current.obj.clone();
+            let mut finalizers = meta::finalizers(&obj);
+            match opts.propagation_policy.as_deref() {
+                Some("Foreground") if !finalizers.iter().any(|f| f == "foregroundDeletion") => finalizers.push("foregroundDeletion".into()),
+                Some("Orphan") if !finalizers.iter().any(|f| f == "orphan") => finalizers.push("orphan".into()),
+                None | Some("Foreground" | "Orphan" | "Background") => {}
+                Some(other) => return Err(ApiError::BadRequest(format!("unsupported propagationPolicy {other:?}: supported values are Orphan, Background, Foreground"))),
+            }
+            let grace = graceful_period(def, &obj, opts.grace_period_seconds);
+            let namespace_cleanup = def.group.is_empty() && def.kind == "Namespace";
+            let pending = !finalizers.is_empty() || grace > 0 || namespace_cleanup;
+            if pending {
+                if meta::is_deleting(&obj) && meta::finalizers(&obj) == finalizers && grace_unchanged(&obj, grace) {
+                    return Ok(Deleted::Pending(obj)); // already marked
+                }
+                let m = obj["metadata"].as_object_mut().expect("stored objects have metadata");
+                if !m.contains_key("deletionTimestamp") {
+                    let at = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(grace.max(0));
+                    m.insert("deletionTimestamp".into(), json!(at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()));
+                }
+                m.insert("deletionGracePeriodSeconds".into(), json!(grace.max(0)));
+                if !finalizers.is_empty() {
+                    m.insert("finalizers".into(), json!(finalizers));
+                }
+                m.remove("resourceVersion");
+                if namespace_cleanup {
+                    obj["status"]["phase"] = json!("Terminating");
+                }
+                if opts.dry_run {
+                    return Ok(Deleted::Pending(obj));
+                }
+                match self.store.put(&key, &obj, current.rv, &[]).await? {
+                    WriteOutcome::Written(rv) => {
+                        crate::storage::set_resource_version(&mut obj, rv);
+                        return Ok(Deleted::Pending(obj));
+                    }
+                    _ => continue,
+                }
+            }
+            if opts.dry_run {
+                return Ok(Deleted::Gone(obj));
+            }
+            let side = allocator::release(def, &obj);
+            match self.store.write(&key, None, current.rv, &[], &side).await? {
+                WriteOutcome::Written(_) => return Ok(Deleted::Gone(obj)),
+                _ => continue,
+            }
+        }
+        Err(ApiError::conflict(&def.qualified(), name))
+    }
+}
+
+/// An update of an object marked for deletion that removes its last finalizer deletes it
+/// (for namespaces: the last `spec.finalizers` entry, once its content is gone).
+fn delete_on_update(def: &ResourceDef, old: &Value, new: &Value) -> bool {
+    if !meta::is_deleting(new) || !meta::finalizers(new).is_empty() {
+        return false;
+    }
+    let spec_finalizers = |o: &Value| o.pointer("/spec/finalizers").and_then(Value::as_array).map_or(0, Vec::len);
+    if def.group.is_empty() && def.kind == "Namespace" {
+        return spec_finalizers(new) == 0;
+    }
+    !meta::finalizers(old).is_empty()
+}
+
+/// Pods bound to a node get a graceful deletion period (their kubelet confirms with 0);
+/// everything else is deleted at once.
+fn graceful_period(def: &ResourceDef, obj: &Value, requested: Option<i64>) -> i64 {
+    if !(def.group.is_empty() && def.kind == "Pod") {
+        return 0;
+    }
+    let bound = obj.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+    let finished = matches!(obj.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded" | "Failed"));
+    if !bound || finished {
+        return 0;
+    }
+    let default = obj.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(30);
+    let g = requested.unwrap_or(default).max(0);
+    // An already shorter deletion period is never lengthened.
+    match obj.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64) {
+        Some(current) => g.min(current),
+        None => g,
+    }
+}
+
+fn grace_unchanged(obj: &Value, grace: i64) -> bool {
+    obj.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64) == Some(grace.max(0))
+}

@@ -1,0 +1,205 @@
+//! The cluster's public-key infrastructure.
+//!
+//! - [`ClusterCa`]: the cluster CA (ECDSA P-256), created once by `--cluster-init` or
+//!   `keelson up`, kept as `ca.crt` / `ca.key` in a PKI directory;
+//! - [`IssuedCert`]: serving certificates for replicas and client certificates for users
+//!   (CN = user, O = groups, as Kubernetes reads them);
+//! - [`kubeconfig`]: a kubeconfig with one context per API endpoint.
+//!
+//! Architecture invariant: this crate does no networking; it only makes and stores keys.
+
+mod kubeconfig;
+
+pub use kubeconfig::{kubeconfig, KubeconfigContext};
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    SanType,
+};
+use time::{Duration, OffsetDateTime};
+
+/// How long the CA is valid.
+pub const CA_VALIDITY: Duration = Duration::days(3650);
+/// How long leaf certificates are valid.
+pub const LEAF_VALIDITY: Duration = Duration::days(365);
+
+/// A PKI failure.
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    /// Reading or writing a key or certificate file failed.
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, #[source] source: std::io::Error },
+    /// The request cannot be expressed in a certificate.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Key generation, parsing or signing failed.
+    #[error("certificate: {0}")]
+    Cert(#[from] rcgen::Error),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PkiError + '_ {
+    move |source| PkiError::Io { path: path.to_path_buf(), source }
+}
+
+/// A certificate and its private key, both PEM.
+#[derive(Clone, Debug)]
+pub struct IssuedCert {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl IssuedCert {
+    /// Writes `NAME.crt` and `NAME.key` (mode 0600) into `dir`.
+    pub fn save(&self, dir: &Path, name: &str) -> Result<(), PkiError> {
+        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+        write_file(&dir.join(format!("{name}.crt")), &self.cert_pem, false)?;
+        write_file(&dir.join(format!("{name}.key")), &self.key_pem, true)
+    }
+
+    /// Reads `NAME.crt` and `NAME.key` from `dir`, if both exist.
+    pub fn load(dir: &Path, name: &str) -> Result<Option<Self>, PkiError> {
+        let (c, k) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+        if !c.exists() || !k.exists() {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            cert_pem: std::fs::read_to_string(&c).map_err(io_err(&c))?,
+            key_pem: std::fs::read_to_string(&k).map_err(io_err(&k))?,
+        }))
+    }
+}
+
+/// The cluster certificate authority.
+pub struct ClusterCa {
+    cert_pem: String,
+    key: KeyPair,
+}
+
+impl ClusterCa {
+    /// Creates a new CA named after the cluster.
+    pub fn generate(cluster_name: &str) -> Result<Self, PkiError> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, format!("{cluster_name}-ca"));
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        let now = OffsetDateTime::now_utc();
+        params.not_before = now - Duration::hours(1);
+        params.not_after = now + CA_VALIDITY;
+        let cert = params.self_signed(&key)?;
+        Ok(Self { cert_pem: cert.pem(), key })
+    }
+
+    /// The CA certificate (PEM), what clients trust.
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    /// Loads `ca.crt`/`ca.key` from `dir`, or creates and saves a new CA there.
+    pub fn load_or_create(dir: &Path, cluster_name: &str) -> Result<Self, PkiError> {
+        if let Some(ca) = Self::load(dir)? {
+            return Ok(ca);
+        }
+        let ca = Self::generate(cluster_name)?;
+        ca.save(dir)?;
+        Ok(ca)
+    }
+
+    /// Loads `ca.crt`/`ca.key` from `dir` if present.
+    pub fn load(dir: &Path) -> Result<Option<Self>, PkiError> {
+        match IssuedCert::load(dir, "ca")? {
+            None => Ok(None),
+            Some(c) => Ok(Some(Self { cert_pem: c.cert_pem, key: KeyPair::from_pem(&c.key_pem)? })),
+        }
+    }
+
+    pub fn save(&self, dir: &Path) -> Result<(), PkiError> {
+        IssuedCert { cert_pem: self.cert_pem.clone(), key_pem: self.key.serialize_pem() }.save(dir, "ca")
+    }
+
+    fn issue(&self, mut params: CertificateParams) -> Result<IssuedCert, PkiError> {
+        let key = KeyPair::generate()?;
+        let now = OffsetDateTime::now_utc();
+        params.not_before = now - Duration::hours(1);
+        params.not_after = now + LEAF_VALIDITY;
+        params.use_authority_key_identifier_extension = true;
+        let issuer = Issuer::from_ca_cert_pem(&self.cert_pem, &self.key)?;
+        let cert = params.signed_by(&key, &issuer)?;
+        Ok(IssuedCert { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
+    }
+
+    /// A serving certificate for `names` (DNS names or IP addresses).
+    pub fn issue_serving(&self, common_name: &str, names: &[String]) -> Result<IssuedCert, PkiError> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, common_name);
+        for n in names {
+            let san = match n.parse::<IpAddr>() {
+                Ok(ip) => SanType::IpAddress(ip),
+                Err(_) => SanType::DnsName(n.clone().try_into()?),
+            };
+            if !params.subject_alt_names.contains(&san) {
+                params.subject_alt_names.push(san);
+            }
+        }
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue(params)
+    }
+
+    /// A client certificate: CN = `user`, O = the group. At most one group: the
+    /// certificate library keeps one value per attribute type.
+    pub fn issue_client(&self, user: &str, groups: &[&str]) -> Result<IssuedCert, PkiError> {
+        if groups.len() > 1 {
+            return Err(PkiError::Unsupported(format!("at most one group per client certificate, got {groups:?}")));
+        }
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, user);
+        for g in groups {
+            params.distinguished_name.push(DnType::OrganizationName, *g);
+        }
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue(params)
+    }
+
+    /// Loads `NAME.crt`/`NAME.key` from `dir`, or issues them with `make` and saves them.
+    pub fn load_or_issue(
+        &self,
+        dir: &Path,
+        name: &str,
+        make: impl FnOnce(&Self) -> Result<IssuedCert, PkiError>,
+    ) -> Result<IssuedCert, PkiError> {
+        if let Some(c) = IssuedCert::load(dir, name)? {
+            return Ok(c);
+        }
+        let c = make(self)?;
+        c.save(dir, name)?;
+        Ok(c)
+    }
+}
+
+/// The admin identity: user `kubernetes-admin` in group `system:masters`.
+pub const ADMIN_USER: &str = "kubernetes-admin";
+pub const ADMIN_GROUP: &str = "system:masters";
+
+fn write_file(path: &Path, content: &str, private: bool) -> Result<(), PkiError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(if private { 0o600 } else { 0o644 })
+        .open(&tmp)
+        .map_err(io_err(&tmp))?;
+    f.write_all(content.as_bytes()).map_err(io_err(&tmp))?;
+    f.sync_all().map_err(io_err(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io_err(path))
+}
+
+#[cfg(test)]
+mod tests;

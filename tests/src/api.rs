@@ -1,0 +1,156 @@
+//! [`ApiCluster`]: a [`TestCluster`] whose replicas also serve the Kubernetes API
+//! in-process, with a cluster CA, and kube-rs clients per replica or through a failover
+//! proxy ([`FailoverProxy`], what a load balancer in front of the servers does).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context;
+use keelson_pki::{ClusterCa, IssuedCert, KubeconfigContext};
+use tokio_util::sync::CancellationToken;
+
+use crate::{ClusterOptions, TestCluster};
+
+pub struct ApiCluster {
+    pub store: TestCluster,
+    ca: ClusterCa,
+    admin: IssuedCert,
+    api_addrs: Vec<SocketAddr>,
+}
+
+fn free_addr() -> anyhow::Result<SocketAddr> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+impl ApiCluster {
+    pub async fn start(n: usize, opts: ClusterOptions) -> anyhow::Result<Self> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let store = TestCluster::start(n, opts).await?;
+        let ca = ClusterCa::generate("test")?;
+        let admin = ca.issue_client(keelson_pki::ADMIN_USER, &[keelson_pki::ADMIN_GROUP])?;
+        let mut c = Self { store, ca, admin, api_addrs: Vec::new() };
+        for i in 0..n {
+            c.api_addrs.push(free_addr()?);
+            c.serve_api(i).await?;
+        }
+        Ok(c)
+    }
+
+    /// Starts replica `i`'s API server; it stops when the replica shuts down.
+    async fn serve_api(&self, i: usize) -> anyhow::Result<()> {
+        let serving = self.ca.issue_serving("api", &["127.0.0.1".into(), "localhost".into()])?;
+        let running = self.store.running(i).context("replica not running")?;
+        let cfg = keelson_apiserver::ApiServerConfig {
+            listen: self.api_addrs[i],
+            cert_pem: serving.cert_pem,
+            key_pem: serving.key_pem,
+            client_ca_pem: self.ca.cert_pem().to_string(),
+            store_endpoint: self.store.addr(i),
+        };
+        let mut last = None;
+        for _ in 0..50 {
+            match keelson_apiserver::serve(cfg.clone(), running.shutdown_token()).await {
+                Ok(_) => return Ok(()),
+                Err(e) => last = Some(e),
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        Err(last.expect("tried").into())
+    }
+
+    pub fn api_addr(&self, i: usize) -> SocketAddr {
+        self.api_addrs[i]
+    }
+
+    /// Kills replica `i` (and with it its API server).
+    pub async fn kill(&mut self, i: usize) {
+        self.store.kill(i).await;
+    }
+
+    /// Restarts replica `i` and its API server on the same addresses.
+    pub async fn restart(&mut self, i: usize) -> anyhow::Result<()> {
+        self.store.restart(i).await?;
+        self.serve_api(i).await
+    }
+
+    /// Admin kubeconfig YAML for `server` (an `https://` URL).
+    pub fn kubeconfig(&self, server: &str) -> String {
+        keelson_pki::kubeconfig(&[KubeconfigContext { name: "test".into(), server: server.into() }], self.ca.cert_pem(), "admin", &self.admin)
+    }
+
+    /// A kube-rs client for `https://ADDR`.
+    pub async fn kube_client_for(&self, addr: SocketAddr) -> anyhow::Result<kube::Client> {
+        let kc = kube::config::Kubeconfig::from_yaml(&self.kubeconfig(&format!("https://{addr}")))?;
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?;
+        Ok(kube::Client::try_from(cfg)?)
+    }
+
+    /// A kube-rs client talking to replica `i`.
+    pub async fn kube_client(&self, i: usize) -> anyhow::Result<kube::Client> {
+        self.kube_client_for(self.api_addrs[i]).await
+    }
+
+    pub async fn shutdown(self) {
+        self.store.shutdown().await;
+    }
+}
+
+/// A TCP proxy that forwards new connections to one of several targets, in order,
+/// skipping targets that refuse connections: a client behind it moves to another
+/// replica when its replica dies, as behind a load balancer.
+pub struct FailoverProxy {
+    pub addr: SocketAddr,
+    current: Arc<AtomicUsize>,
+    token: CancellationToken,
+}
+
+impl FailoverProxy {
+    pub async fn start(targets: Vec<SocketAddr>) -> anyhow::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let current = Arc::new(AtomicUsize::new(0));
+        let token = CancellationToken::new();
+        let (cur, tok) = (current.clone(), token.clone());
+        tokio::spawn(async move {
+            loop {
+                let (mut inbound, _) = tokio::select! {
+                    _ = tok.cancelled() => return,
+                    r = listener.accept() => match r { Ok(c) => c, Err(_) => continue },
+                };
+                let targets = targets.clone();
+                let cur = cur.clone();
+                let conn_token = tok.clone();
+                tokio::spawn(async move {
+                    for _ in 0..targets.len() {
+                        let i = cur.load(Ordering::SeqCst) % targets.len();
+                        match tokio::net::TcpStream::connect(targets[i]).await {
+                            Ok(mut outbound) => {
+                                tokio::select! {
+                                    _ = conn_token.cancelled() => {}
+                                    _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                                }
+                                return;
+                            }
+                            Err(_) => {
+                                let _ = cur.compare_exchange(i, i + 1, Ordering::SeqCst, Ordering::SeqCst);
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        Ok(Self { addr, current, token })
+    }
+
+    /// Index of the target new connections go to.
+    pub fn target(&self) -> usize {
+        self.current.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FailoverProxy {
+    fn drop(&mut self) {
+        self.token.cancel();
+    }
+}

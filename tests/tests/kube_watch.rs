@@ -1,0 +1,137 @@
+//! kube-rs against the API: a watcher/reflector over pods stays consistent while the
+//! replica it watches through (the Raft leader) is killed; it resumes on another
+//! replica from its last resourceVersion, without a re-list, and ends with exactly the
+//! cluster's state.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use keelson_tests::api::{ApiCluster, FailoverProxy};
+use keelson_tests::ClusterOptions;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{reflector, watcher, WatchStreamExt};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+fn pod(name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": "w"}},
+        "spec": {"containers": [{"name": "main", "image": "busybox"}]}
+    }))
+    .unwrap()
+}
+
+/// Retries a write while the cluster elects a leader (503) — only on errors that mean
+/// the write did not happen.
+async fn retry<T, F, Fut>(mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(kube::Error::Api(s)) if s.code == 503 && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("write failed: {e}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reflector_survives_failover_of_its_replica() {
+    let mut c = ApiCluster::start(3, ClusterOptions::default()).await.unwrap();
+    let leader = c.store.leader().await.unwrap();
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    // The watcher reaches the cluster through a proxy that prefers the leader.
+    let proxy = FailoverProxy::start(vec![c.api_addr(leader), c.api_addr(others[0]), c.api_addr(others[1])]).await.unwrap();
+    let watch_api: Api<Pod> = Api::namespaced(c.kube_client_for(proxy.addr).await.unwrap(), "default");
+    // Writes go through a replica that stays up.
+    let write_api: Api<Pod> = Api::namespaced(c.kube_client(others[0]).await.unwrap(), "default");
+    // Wait for the default namespace.
+    retry(|| { let a = write_api.clone(); async move { a.list(&ListParams::default()).await } }).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while write_api.create(&PostParams::default(), &pod("probe")).await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "default namespace never appeared");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let (reader, writer) = reflector::store::<Pod>();
+    let inits = Arc::new(AtomicUsize::new(0));
+    let errors = Arc::new(AtomicUsize::new(0));
+    let (i2, e2) = (inits.clone(), errors.clone());
+    let cfg = watcher::Config::default().timeout(30);
+    let stream = watcher(watch_api.clone(), cfg)
+        .inspect(move |e| match e {
+            Ok(watcher::Event::Init) => {
+                i2.fetch_add(1, Ordering::SeqCst);
+            }
+            Err(_) => {
+                e2.fetch_add(1, Ordering::SeqCst);
+            }
+            _ => {}
+        })
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects();
+    let drain = tokio::spawn(async move {
+        let mut s = std::pin::pin!(stream);
+        loop {
+            match s.try_next().await {
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(_) => {}
+            }
+        }
+    });
+    reader.wait_until_ready().await.unwrap();
+
+    let pp = PatchParams::default();
+    for round in 0..3 {
+        for i in 0..20 {
+            let name = format!("p{round}-{i}");
+            retry(|| { let (a, p) = (write_api.clone(), pod(&name)); async move { a.create(&PostParams::default(), &p).await } }).await;
+            if i % 3 == 0 {
+                let patch = Patch::Merge(json!({"metadata": {"labels": {"round": round.to_string()}}}));
+                retry(|| { let (a, n, pp, patch) = (write_api.clone(), name.clone(), pp.clone(), patch.clone()); async move { a.patch(&n, &pp, &patch).await } }).await;
+            }
+            if i % 5 == 0 {
+                retry(|| { let (a, n) = (write_api.clone(), name.clone()); async move { a.delete(&n, &DeleteParams::default()).await } }).await;
+            }
+            if round == 1 && i == 10 {
+                // Kill the watcher's replica (the leader) in the middle of the writes.
+                c.kill(leader).await;
+            }
+        }
+    }
+
+    // The reflector must converge on exactly the cluster's state.
+    let want: BTreeMap<String, String> = retry(|| { let a = write_api.clone(); async move { a.list(&ListParams::default()).await } })
+        .await
+        .items
+        .into_iter()
+        .map(|p| (p.name_any(), p.resource_version().unwrap_or_default()))
+        .collect();
+    assert_eq!(want.len(), 1 + 3 * 20 - 3 * 4, "probe + created - deleted");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let got: BTreeMap<String, String> =
+            reader.state().iter().map(|p| (p.name_any(), p.resource_version().unwrap_or_default())).collect();
+        if got == want {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "reflector diverged:\n got {got:?}\nwant {want:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ne!(proxy.target() % 3, 0, "the proxy moved off the killed replica");
+    assert_eq!(inits.load(Ordering::SeqCst), 1, "the watcher resumed from its resourceVersion instead of re-listing");
+    drain.abort();
+    c.restart(leader).await.unwrap();
+    c.shutdown().await;
+}
