@@ -35,6 +35,8 @@ enum Cmd {
 enum BenchCmd {
     /// Drive the replicated store (and, with --compare-etcd, etcd) with concurrent clients.
     Store(keelson_bench::StoreBenchArgs),
+    /// The Kubernetes API: creates, updates, gets, lists and watch fan-out.
+    Api(keelson_bench::ApiBenchArgs),
 }
 
 fn init_tracing() {
@@ -49,6 +51,8 @@ fn init_tracing() {
 }
 
 fn main() -> anyhow::Result<()> {
+    // One TLS crypto provider for the API server and kube-rs clients.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
@@ -61,5 +65,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Member(cmd) => rt.block_on(cli_cluster::member(cmd)),
         Cmd::Kv(cmd) => rt.block_on(cli_cluster::kv(cmd)),
         Cmd::Bench(BenchCmd::Store(args)) => rt.block_on(keelson_bench::run_store_bench(args)),
+        Cmd::Bench(BenchCmd::Api(args)) => rt.block_on(keelson_bench::run_api_bench(args)),
     }
 }

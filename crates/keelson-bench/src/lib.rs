@@ -1,3 +1,5 @@
+//! `keelson bench api`: the Kubernetes API under load (see [`api`]).
+//!
 //! `keelson bench store`: the same closed-loop load against Keelson and etcd.
 //!
 //! Each phase runs N concurrent clients for a fixed time; every client issues one request
@@ -5,8 +7,10 @@
 //! to replica i mod n), for Keelson and for etcd alike. Phases: puts of random keys,
 //! linearizable gets, serializable gets, over a pre-loaded key space.
 
+mod api;
 mod load;
 mod report;
 
+pub use api::{run_api_bench, ApiBenchArgs};
 pub use load::{run_store_bench, StoreBenchArgs};
 pub use report::{PhaseResult, SystemReport};
