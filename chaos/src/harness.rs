@@ -22,6 +22,8 @@ use crate::{ChaosError, Fault, HarnessSpec, Isolation, NemesisEvent, Target};
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Port every server listens on in Netns mode (each has its own address).
 const NETNS_PORT: u16 = 2380;
+/// Kubernetes API port of a server in its namespace.
+const NETNS_API_PORT: u16 = 6443;
 
 /// A running cluster of `keelson server` processes and the faults applied to it.
 ///
@@ -149,17 +151,22 @@ impl Harness {
         }
         for i in 0..n {
             let name = topology::node_name(&run_id, i);
-            let addr = match h.subnet {
-                Some(s) => format!("{}:{NETNS_PORT}", topology::node_addr(s, i)),
+            let (addr, api_addr) = match h.subnet {
+                Some(s) => {
+                    let ip = topology::node_addr(s, i);
+                    (format!("{ip}:{NETNS_PORT}"), format!("{ip}:{NETNS_API_PORT}"))
+                }
                 None => {
                     let ip = Ipv4Addr::new(127, 0, 0, 10 + i as u8);
-                    format!("{ip}:{}", free_port(ip)?)
+                    (format!("{ip}:{}", free_port(ip)?), format!("{ip}:{}", free_port(ip)?))
                 }
             };
             h.nodes.push(Node {
                 index: i,
                 ns: h.subnet.map(|_| topology::node_ns(&run_id, i)),
                 addr,
+                api_addr,
+                pki_dir: h.spec.dir.join("pki"),
                 data_dir: h.spec.dir.join(&name),
                 log: h.spec.dir.join(format!("{name}.log")),
                 name,
@@ -224,6 +231,16 @@ impl Harness {
     }
 
     /// Client-reachable `host:port` of every server, in index order.
+    /// The Kubernetes API address (`ip:port`, HTTPS) of every server.
+    pub fn api_endpoints(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.api_addr.clone()).collect()
+    }
+
+    /// The cluster CA directory (`ca.crt`, `ca.key`), shared by the servers.
+    pub fn pki_dir(&self) -> std::path::PathBuf {
+        self.spec.dir.join("pki")
+    }
+
     pub fn endpoints(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.addr.clone()).collect()
     }

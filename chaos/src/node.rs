@@ -25,6 +25,10 @@ pub(crate) struct Node {
     pub ns: Option<String>,
     /// `ip:port` it listens on, advertises and clients use.
     pub addr: String,
+    /// `ip:port` of its Kubernetes API (HTTPS).
+    pub api_addr: String,
+    /// The cluster CA directory, shared by all nodes of the harness.
+    pub pki_dir: PathBuf,
     pub data_dir: PathBuf,
     pub log: PathBuf,
     pub child: Option<Child>,
@@ -82,6 +86,9 @@ impl Node {
             .arg("--data-dir")
             .arg(&self.data_dir)
             .args(["--listen", &self.addr])
+            .args(["--api-listen", &self.api_addr])
+            .arg("--pki-dir")
+            .arg(&self.pki_dir)
             .args(bootstrap)
             .args(extra)
             .stdin(Stdio::null())

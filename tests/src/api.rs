@@ -16,6 +16,7 @@ pub struct ApiCluster {
     pub store: TestCluster,
     ca: ClusterCa,
     admin: IssuedCert,
+    secrets_key: Vec<u8>,
     api_addrs: Vec<SocketAddr>,
 }
 
@@ -29,7 +30,8 @@ impl ApiCluster {
         let store = TestCluster::start(n, opts).await?;
         let ca = ClusterCa::generate("test")?;
         let admin = ca.issue_client(keelson_pki::ADMIN_USER, &[keelson_pki::ADMIN_GROUP])?;
-        let mut c = Self { store, ca, admin, api_addrs: Vec::new() };
+        let secrets_key = keelson_apiserver::encryption::SecretsCipher::generate_key().to_vec();
+        let mut c = Self { store, ca, admin, secrets_key, api_addrs: Vec::new() };
         for i in 0..n {
             c.api_addrs.push(free_addr()?);
             c.serve_api(i).await?;
@@ -47,6 +49,7 @@ impl ApiCluster {
             key_pem: serving.key_pem,
             client_ca_pem: self.ca.cert_pem().to_string(),
             store_endpoint: self.store.addr(i),
+            secrets_key: Some(self.secrets_key.clone()),
         };
         let mut last = None;
         for _ in 0..50 {

@@ -85,6 +85,11 @@ impl TestCluster {
         Ok(i)
     }
 
+    /// The directory holding every replica's data directory.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir_path
+    }
+
     pub fn len(&self) -> usize {
         self.slots.len()
     }

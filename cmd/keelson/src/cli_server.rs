@@ -95,9 +95,39 @@ fn api_tls(args: &ServerArgs) -> anyhow::Result<(String, keelson_pki::IssuedCert
     Ok((ca.cert_pem().to_string(), serving))
 }
 
+/// The cluster's Secrets encryption key: created with the CA (`PKI_DIR/secrets.key`),
+/// copied into the data directory on a server's first start and read from there.
+fn secrets_key(args: &ServerArgs) -> anyhow::Result<Vec<u8>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let write_new = |path: &std::path::Path, key: &[u8]| -> anyhow::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+        f.write_all(key)?;
+        f.sync_all()?;
+        Ok(())
+    };
+    let local = args.data_dir.join("secrets.key");
+    if local.exists() {
+        return Ok(std::fs::read(&local)?);
+    }
+    let pki_dir = args.pki_dir.clone().unwrap_or_else(|| args.data_dir.join("pki"));
+    let shared = pki_dir.join("secrets.key");
+    if !shared.exists() {
+        if !args.cluster_init {
+            anyhow::bail!("no Secrets encryption key in {} (it is created with the cluster CA)", shared.display());
+        }
+        std::fs::create_dir_all(&pki_dir)?;
+        write_new(&shared, &keelson_apiserver::encryption::SecretsCipher::generate_key())?;
+    }
+    let key = std::fs::read(&shared)?;
+    write_new(&local, &key)?;
+    Ok(key)
+}
+
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
     let (ca_pem, serving) = api_tls(&args).context("preparing the API server's certificates")?;
+    let secrets_key = secrets_key(&args).context("loading the Secrets encryption key")?;
     let api_listen = args.api_listen;
     let bootstrap = match (args.cluster_init, args.join) {
         (true, _) => Bootstrap::ClusterInit,
@@ -122,6 +152,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             key_pem: serving.key_pem,
             client_ca_pem: ca_pem,
             store_endpoint: running.replica.addr().to_string(),
+            secrets_key: Some(secrets_key),
         },
         running.shutdown_token(),
     )

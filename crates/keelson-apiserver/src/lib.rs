@@ -12,6 +12,7 @@
 
 pub mod allocator;
 pub mod catalog;
+pub mod encryption;
 pub mod error;
 pub mod fieldset;
 pub mod http;
@@ -37,6 +38,9 @@ pub enum ApiServerError {
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: SocketAddr, #[source] source: std::io::Error },
+    /// The Secrets encryption key is unusable.
+    #[error("secrets encryption: {0}")]
+    Encryption(String),
     /// The store client could not be created.
     #[error("store client: {0}")]
     Store(String),

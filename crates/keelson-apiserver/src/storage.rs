@@ -13,6 +13,7 @@ use keelson_mvcc::{
 use serde_json::Value;
 
 use crate::catalog::ResourceDef;
+use crate::encryption::{encrypts, SecretsCipher};
 use crate::error::ApiError;
 
 /// An object as read from the store.
@@ -36,6 +37,7 @@ pub struct Page {
 #[derive(Clone)]
 pub struct ObjectStore {
     client: StoreClient,
+    cipher: Option<std::sync::Arc<SecretsCipher>>,
 }
 
 /// An extra condition of a write: `key` must (still) have this mod_revision (0 = absent).
@@ -74,8 +76,13 @@ pub fn list_prefix(def: &ResourceDef, namespace: Option<&str>) -> Vec<u8> {
     }
 }
 
+/// Decodes a stored object that was not encrypted (see [`ObjectStore::decode`]).
 pub fn decode(kv: &KeyValue) -> Result<Stored, ApiError> {
-    let mut obj: Value = serde_json::from_slice(&kv.value)
+    decode_bytes(kv, &kv.value)
+}
+
+fn decode_bytes(kv: &KeyValue, value: &[u8]) -> Result<Stored, ApiError> {
+    let mut obj: Value = serde_json::from_slice(value)
         .map_err(|e| ApiError::Internal(format!("stored object {} is corrupt: {e}", String::from_utf8_lossy(&kv.key))))?;
     set_resource_version(&mut obj, kv.mod_revision);
     Ok(Stored { obj, rv: kv.mod_revision })
@@ -100,8 +107,27 @@ fn mod_rev_is(key: &[u8], rev: Revision) -> Compare {
 }
 
 impl ObjectStore {
-    pub fn new(client: StoreClient) -> Self {
-        Self { client }
+    pub fn new(client: StoreClient, cipher: Option<std::sync::Arc<SecretsCipher>>) -> Self {
+        Self { client, cipher }
+    }
+
+    /// Decodes a stored object, decrypting it if it is encrypted.
+    pub fn decode(&self, kv: &KeyValue) -> Result<Stored, ApiError> {
+        match &self.cipher {
+            Some(c) if encrypts(&kv.key) => {
+                let plain = c.decrypt(&kv.key, &kv.value).map_err(|e| ApiError::Internal(format!("{}: {e}", String::from_utf8_lossy(&kv.key))))?;
+                decode_bytes(kv, &plain)
+            }
+            _ => decode(kv),
+        }
+    }
+
+    fn encode(&self, key: &[u8], obj: &Value) -> Vec<u8> {
+        let plain = encode(obj);
+        match &self.cipher {
+            Some(c) if encrypts(key) => c.encrypt(key, &plain),
+            _ => plain,
+        }
     }
 
     pub fn client(&self) -> &StoreClient {
@@ -111,7 +137,7 @@ impl ObjectStore {
     /// Reads one object, linearizably.
     pub async fn get(&self, key: &[u8]) -> Result<Option<Stored>, ApiError> {
         let reply = self.client.get(key).await?;
-        reply.response.kvs.first().map(decode).transpose()
+        reply.response.kvs.first().map(|kv| self.decode(kv)).transpose()
     }
 
     /// The current store revision, linearizably.
@@ -150,7 +176,7 @@ impl ObjectStore {
             .client
             .range(RangeRequest { range: KeyRange { key: start, range_end: end }, limit, revision, ..Default::default() }, consistency)
             .await?;
-        let items = reply.response.kvs.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
+        let items = reply.response.kvs.iter().map(|kv| self.decode(kv)).collect::<Result<Vec<_>, _>>()?;
         let next_after = if reply.response.more { reply.response.kvs.last().map(|kv| kv.key.clone()) } else { None };
         let revision = if revision > 0 { revision } else { reply.header.revision };
         Ok(Page { items, revision, next_after })
@@ -183,7 +209,7 @@ impl ObjectStore {
             Some(value) => Op::Put(PutRequest { key: key.to_vec(), value, prev_kv: false }),
             None => Op::DeleteRange(DeleteRangeRequest { range: KeyRange::single(key.to_vec()), prev_kv: false }),
         };
-        let mut success = vec![op(key, obj.map(encode))];
+        let mut success = vec![op(key, obj.map(|o| self.encode(key, o)))];
         success.extend(side.iter().map(|(k, v)| op(k, v.clone())));
         let reply = self
             .client

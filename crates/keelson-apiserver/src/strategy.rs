@@ -94,6 +94,17 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Value, creating: bool) {
         }
         ("", "Secret") => {
             obj.as_object_mut().map(|o| o.entry("type").or_insert(json!("Opaque")));
+            // stringData is write-only: merged into data (base64), never stored.
+            if let Some(sd) = obj.as_object_mut().and_then(|o| o.remove("stringData")) {
+                if let Some(m) = sd.as_object() {
+                    let data = ensure_obj(obj, "data");
+                    for (k, v) in m {
+                        if let Some(s) = v.as_str() {
+                            data.insert(k.clone(), json!(base64_encode(s.as_bytes())));
+                        }
+                    }
+                }
+            }
         }
         ("", "PersistentVolumeClaim") if creating => {
             ensure_obj(obj, "status").entry("phase").or_insert(json!("Pending"));
@@ -104,6 +115,11 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Value, creating: bool) {
         }
         _ => {}
     }
+}
+
+fn base64_encode(b: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(b)
 }
 
 fn ensure_value<'a>(obj: &'a mut Value, key: &str) -> &'a mut Value {

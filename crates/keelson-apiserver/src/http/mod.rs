@@ -42,6 +42,8 @@ pub struct ApiServerConfig {
     pub client_ca_pem: String,
     /// The replica's store endpoint (`host:port`) the API server reads and writes through.
     pub store_endpoint: String,
+    /// The cluster's Secrets encryption key (32 bytes); `None` stores Secrets in plaintext.
+    pub secrets_key: Option<Vec<u8>>,
 }
 
 /// A running API server.
@@ -60,12 +62,16 @@ pub(crate) struct ApiState {
 pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<ServingApi, ApiServerError> {
     let tls = Arc::new(tls::server_config(&cfg.cert_pem, &cfg.key_pem, &cfg.client_ca_pem)?);
     let client = StoreClient::new(&[cfg.store_endpoint.as_str()]).map_err(|e| ApiServerError::Store(e.to_string()))?;
+    let cipher = match &cfg.secrets_key {
+        Some(k) => Some(Arc::new(crate::encryption::SecretsCipher::new("key1", k).map_err(|e| ApiServerError::Encryption(e.to_string()))?)),
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .map_err(|source| ApiServerError::Listen { addr: cfg.listen, source })?;
     let addr = listener.local_addr().map_err(|source| ApiServerError::Listen { addr: cfg.listen, source })?;
     let state = Arc::new(ApiState {
-        registry: Registry::new(ObjectStore::new(client)),
+        registry: Registry::new(ObjectStore::new(client, cipher)),
         shutdown: shutdown.clone(),
         advertise: addr.to_string(),
     });

@@ -25,7 +25,7 @@ use super::request::{query_bool, query_i64, ResourceRequest};
 use super::ApiState;
 use crate::catalog::ResourceDef;
 use crate::error::ApiError;
-use crate::storage::{decode, list_prefix, object_key, set_resource_version};
+use crate::storage::{list_prefix, object_key, set_resource_version, ObjectStore};
 
 /// Events buffered per watch before the producer waits for the client.
 const WATCH_BUFFER: usize = 256;
@@ -183,7 +183,7 @@ async fn follow(state: &ApiState, spec: &WatchSpec, mut from: Revision, tx: &mps
                     let mut out = Vec::new();
                     for ev in events {
                         from = ev.kv.mod_revision + 1;
-                        match translate(spec, ev) {
+                        match translate(&state.registry.store, spec, ev) {
                             Ok(Some(e)) => out.push(e),
                             Ok(None) => {}
                             Err(e) => out.push(error_event(&e)),
@@ -225,12 +225,12 @@ async fn follow(state: &ApiState, spec: &WatchSpec, mut from: Revision, tx: &mps
 
 /// One store event as a watch event, honouring selectors: an object that stops
 /// matching is DELETED for this watcher, one that starts matching is ADDED.
-fn translate(spec: &WatchSpec, ev: keelson_mvcc::Event) -> Result<Option<Value>, ApiError> {
-    let prev = ev.prev_kv.as_ref().map(decode).transpose()?;
+fn translate(store: &ObjectStore, spec: &WatchSpec, ev: keelson_mvcc::Event) -> Result<Option<Value>, ApiError> {
+    let prev = ev.prev_kv.as_ref().map(|kv| store.decode(kv)).transpose()?;
     let prev_match = prev.as_ref().is_some_and(|p| spec.selectors.matches(&p.obj));
     match ev.kind {
         EventKind::Put => {
-            let cur = decode(&ev.kv)?;
+            let cur = store.decode(&ev.kv)?;
             let cur_match = spec.selectors.matches(&cur.obj);
             Ok(match (prev.is_some() && prev_match, cur_match) {
                 (true, true) => Some(spec.event("MODIFIED", cur.obj)),
