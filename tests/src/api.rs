@@ -17,6 +17,9 @@ pub struct ApiCluster {
     ca: ClusterCa,
     admin: IssuedCert,
     secrets_key: Vec<u8>,
+    sa_key: String,
+    /// Static bearer tokens file, if the test set one.
+    pub token_file: Option<std::path::PathBuf>,
     api_addrs: Vec<SocketAddr>,
 }
 
@@ -26,12 +29,18 @@ fn free_addr() -> anyhow::Result<SocketAddr> {
 
 impl ApiCluster {
     pub async fn start(n: usize, opts: ClusterOptions) -> anyhow::Result<Self> {
+        Self::start_with_tokens(n, opts, None).await
+    }
+
+    /// Like [`ApiCluster::start`], with a static bearer-token file for the API servers.
+    pub async fn start_with_tokens(n: usize, opts: ClusterOptions, token_file: Option<std::path::PathBuf>) -> anyhow::Result<Self> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let store = TestCluster::start(n, opts).await?;
         let ca = ClusterCa::generate("test")?;
         let admin = ca.issue_client(keelson_pki::ADMIN_USER, &[keelson_pki::ADMIN_GROUP])?;
         let secrets_key = keelson_apiserver::encryption::SecretsCipher::generate_key().to_vec();
-        let mut c = Self { store, ca, admin, secrets_key, api_addrs: Vec::new() };
+        let sa_key = rcgen::KeyPair::generate()?.serialize_pem();
+        let mut c = Self { store, ca, admin, secrets_key, sa_key, token_file, api_addrs: Vec::new() };
         for i in 0..n {
             c.api_addrs.push(free_addr()?);
             c.serve_api(i).await?;
@@ -50,6 +59,11 @@ impl ApiCluster {
             client_ca_pem: self.ca.cert_pem().to_string(),
             store_endpoint: self.store.addr(i),
             secrets_key: Some(self.secrets_key.clone()),
+            service_account_key_pem: Some(self.sa_key.clone()),
+            token_auth_file: self.token_file.clone(),
+            audit: None,
+            join: None,
+            initial_join_token: None,
         };
         let mut last = None;
         for _ in 0..50 {

@@ -24,9 +24,25 @@ pub struct ServerArgs {
     /// Create a new cluster with this replica as its first member.
     #[arg(long, conflicts_with = "join")]
     cluster_init: bool,
-    /// Join the cluster the replica at this `host:port` belongs to.
+    /// Join a cluster: `https://SERVER:6443` with `--token`, or (with the CA already in
+    /// the PKI directory) the store address `host:port` of a member.
     #[arg(long)]
     join: Option<String>,
+    /// Join token (`K10…`), printed in `PKI_DIR/server-token` of the first server.
+    #[arg(long, env = "KEELSON_TOKEN")]
+    token: Option<String>,
+    /// Static bearer tokens: `token,user,uid,"group1,group2"` per line.
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
+    /// Audit log of mutating requests (default DATA_DIR/audit.log).
+    #[arg(long)]
+    audit_log_path: Option<PathBuf>,
+    /// Rotate the audit log at this size, in MiB.
+    #[arg(long, default_value_t = 100)]
+    audit_log_maxsize_mb: u64,
+    /// Rotated audit logs kept.
+    #[arg(long, default_value_t = 10)]
+    audit_log_maxbackup: usize,
     /// Serve Prometheus metrics at this address.
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
@@ -57,17 +73,46 @@ pub struct ServerArgs {
     tls_sans: Vec<String>,
 }
 
-/// The CA, this server's serving certificate, and (on `--cluster-init`) the admin
-/// kubeconfig `PKI_DIR/admin.kubeconfig`.
-fn api_tls(args: &ServerArgs) -> anyhow::Result<(String, keelson_pki::IssuedCert)> {
-    let pki_dir = args.pki_dir.clone().unwrap_or_else(|| args.data_dir.join("pki"));
-    let ca = if args.cluster_init {
-        keelson_pki::ClusterCa::load_or_create(&pki_dir, "keelson")?
-    } else {
-        keelson_pki::ClusterCa::load(&pki_dir)?.with_context(|| {
-            format!("no cluster CA in {} (copy ca.crt and ca.key from the first server, or pass --pki-dir)", pki_dir.display())
-        })?
-    };
+fn pki_dir(args: &ServerArgs) -> PathBuf {
+    args.pki_dir.clone().unwrap_or_else(|| args.data_dir.join("pki"))
+}
+
+/// The cluster's key material: created by `--cluster-init`, fetched with a join token
+/// by `--join https://… --token …`, otherwise read from the PKI directory. Returns the
+/// material and, for a token join, the store address of a member to join through.
+async fn cluster_material(args: &ServerArgs) -> anyhow::Result<(keelson_pki::ClusterMaterial, Option<String>)> {
+    let dir = pki_dir(args);
+    if args.cluster_init {
+        return Ok((keelson_pki::ClusterMaterial::load_or_create(&dir, "keelson")?, None));
+    }
+    let url = args.join.as_deref().filter(|j| j.starts_with("https://"));
+    match (url, keelson_pki::ClusterMaterial::load(&dir)?) {
+        (Some(url), existing) => {
+            let token = args.token.as_deref().context("--join https://… needs --token")?;
+            let token = keelson_pki::JoinToken::parse(token).map_err(|e| anyhow::anyhow!("--token: {e}"))?;
+            let joined = keelson_apiserver::join_client::join_server(url, &token, &args.name).await.with_context(|| format!("joining through {url}"))?;
+            let peer = joined.peers.first().cloned().context("the cluster reported no members")?;
+            let material = match existing {
+                Some(m) => m,
+                None => {
+                    use base64::Engine;
+                    let key = base64::engine::general_purpose::STANDARD.decode(&joined.secrets_key).context("secrets key")?;
+                    keelson_pki::ClusterMaterial::save(&dir, &joined.ca_cert, &joined.ca_key, &key, &joined.service_account_key)?
+                }
+            };
+            Ok((material, Some(peer)))
+        }
+        (None, Some(m)) => Ok((m, None)),
+        (None, None) => anyhow::bail!(
+            "no cluster CA in {}: start the first server with --cluster-init, join with --join https://SERVER:6443 --token TOKEN, or pass --pki-dir",
+            dir.display()
+        ),
+    }
+}
+
+/// This server's API serving certificate, reissued at every start (so new names take
+/// effect), and on `--cluster-init` the admin kubeconfig `PKI_DIR/admin.kubeconfig`.
+fn api_serving_cert(args: &ServerArgs, ca: &keelson_pki::ClusterCa) -> anyhow::Result<keelson_pki::IssuedCert> {
     let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "kubernetes".into(), "kubernetes.default".into(), "kubernetes.default.svc".into(), "10.43.0.1".into()];
     if let Ok(h) = std::fs::read_to_string("/etc/hostname") {
         names.push(h.trim().to_string());
@@ -80,59 +125,38 @@ fn api_tls(args: &ServerArgs) -> anyhow::Result<(String, keelson_pki::IssuedCert
     }
     names.extend(args.tls_sans.iter().cloned());
     names.retain(|n| !n.is_empty());
-    // Reissued at every start, so new names take effect.
     let serving = ca.issue_serving(&args.name, &names)?;
     serving.save(&args.data_dir.join("tls"), "apiserver")?;
     if args.cluster_init {
-        let admin = ca.load_or_issue(&pki_dir, "admin", |ca| ca.issue_client(keelson_pki::ADMIN_USER, &[keelson_pki::ADMIN_GROUP]))?;
-        let path = pki_dir.join("admin.kubeconfig");
+        let dir = pki_dir(args);
+        let admin = ca.load_or_issue(&dir, "admin", |ca| ca.issue_client(keelson_pki::ADMIN_USER, &[keelson_pki::ADMIN_GROUP]))?;
+        let path = dir.join("admin.kubeconfig");
         if !path.exists() {
             let host = if args.api_listen.ip().is_unspecified() { "127.0.0.1".to_string() } else { args.api_listen.ip().to_string() };
             let ctx = keelson_pki::KubeconfigContext { name: args.name.clone(), server: format!("https://{host}:{}", args.api_listen.port()) };
             std::fs::write(&path, keelson_pki::kubeconfig(&[ctx], ca.cert_pem(), "admin", &admin))?;
         }
     }
-    Ok((ca.cert_pem().to_string(), serving))
-}
-
-/// The cluster's Secrets encryption key: created with the CA (`PKI_DIR/secrets.key`),
-/// copied into the data directory on a server's first start and read from there.
-fn secrets_key(args: &ServerArgs) -> anyhow::Result<Vec<u8>> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let write_new = |path: &std::path::Path, key: &[u8]| -> anyhow::Result<()> {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
-        f.write_all(key)?;
-        f.sync_all()?;
-        Ok(())
-    };
-    let local = args.data_dir.join("secrets.key");
-    if local.exists() {
-        return Ok(std::fs::read(&local)?);
-    }
-    let pki_dir = args.pki_dir.clone().unwrap_or_else(|| args.data_dir.join("pki"));
-    let shared = pki_dir.join("secrets.key");
-    if !shared.exists() {
-        if !args.cluster_init {
-            anyhow::bail!("no Secrets encryption key in {} (it is created with the cluster CA)", shared.display());
-        }
-        std::fs::create_dir_all(&pki_dir)?;
-        write_new(&shared, &keelson_apiserver::encryption::SecretsCipher::generate_key())?;
-    }
-    let key = std::fs::read(&shared)?;
-    write_new(&local, &key)?;
-    Ok(key)
+    Ok(serving)
 }
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
-    let (ca_pem, serving) = api_tls(&args).context("preparing the API server's certificates")?;
-    let secrets_key = secrets_key(&args).context("loading the Secrets encryption key")?;
+    let (material, token_peer) = cluster_material(&args).await.context("preparing the cluster's certificates and keys")?;
+    let serving = api_serving_cert(&args, &material.ca).context("issuing the API serving certificate")?;
+    let initial_token = if args.cluster_init { Some(material.server_token(&pki_dir(&args))?) } else { None };
     let api_listen = args.api_listen;
-    let bootstrap = match (args.cluster_init, args.join) {
-        (true, _) => Bootstrap::ClusterInit,
-        (false, Some(peer)) => Bootstrap::Join(peer),
-        (false, None) => Bootstrap::Resume,
+    let audit = keelson_apiserver::AuditConfig {
+        path: args.audit_log_path.clone().unwrap_or_else(|| args.data_dir.join("audit.log")),
+        max_bytes: args.audit_log_maxsize_mb.max(1) * 1024 * 1024,
+        backups: args.audit_log_maxbackup,
+    };
+    let token_auth_file = args.token_auth_file.clone();
+    let bootstrap = match (args.cluster_init, token_peer, args.join) {
+        (true, _, _) => Bootstrap::ClusterInit,
+        (false, Some(peer), _) => Bootstrap::Join(peer),
+        (false, None, Some(peer)) => Bootstrap::Join(peer),
+        (false, None, None) => Bootstrap::Resume,
     };
     let mut cfg = ReplicaConfig::new(args.name, args.data_dir, args.listen, bootstrap);
     cfg.advertise_addr = args.advertise;
@@ -150,9 +174,19 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             listen: api_listen,
             cert_pem: serving.cert_pem,
             key_pem: serving.key_pem,
-            client_ca_pem: ca_pem,
+            client_ca_pem: material.ca.cert_pem().to_string(),
             store_endpoint: running.replica.addr().to_string(),
-            secrets_key: Some(secrets_key),
+            secrets_key: Some(material.secrets_key.clone()),
+            service_account_key_pem: Some(material.service_account_key_pem.clone()),
+            token_auth_file,
+            audit: Some(audit),
+            join: Some(keelson_apiserver::join::JoinMaterial {
+                ca_cert_pem: material.ca.cert_pem().to_string(),
+                ca_key_pem: material.ca.key_pem(),
+                secrets_key: material.secrets_key.clone(),
+                service_account_key_pem: material.service_account_key_pem.clone(),
+            }),
+            initial_join_token: initial_token.map(|t| (t.id, t.secret)),
         },
         running.shutdown_token(),
     )

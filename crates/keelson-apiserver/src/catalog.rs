@@ -11,6 +11,8 @@ pub enum Subresource {
     Eviction,
     Binding,
     Finalize,
+    /// `serviceaccounts/token`: TokenRequest.
+    Token,
 }
 
 impl Subresource {
@@ -23,6 +25,7 @@ impl Subresource {
             Subresource::Eviction => "eviction",
             Subresource::Binding => "binding",
             Subresource::Finalize => "finalize",
+            Subresource::Token => "token",
         }
     }
 
@@ -35,6 +38,7 @@ impl Subresource {
             "eviction" => Subresource::Eviction,
             "binding" => Subresource::Binding,
             "finalize" => Subresource::Finalize,
+            "token" => Subresource::Token,
             _ => return None,
         })
     }
@@ -142,7 +146,7 @@ pub static RESOURCES: &[ResourceDef] = &[
         fields=["involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"]),
     res!("", "PersistentVolume", "persistentvolumes", "persistentvolume", ns=false, short=["pv"], sub=[Status], name=Subdomain, spec=false, fields=[]),
     res!("", "PersistentVolumeClaim", "persistentvolumeclaims", "persistentvolumeclaim", ns=true, short=["pvc"], sub=[Status], name=Subdomain, spec=false, fields=[]),
-    res!("", "ServiceAccount", "serviceaccounts", "serviceaccount", ns=true, short=["sa"], sub=[], name=Subdomain, spec=false, fields=[]),
+    res!("", "ServiceAccount", "serviceaccounts", "serviceaccount", ns=true, short=["sa"], sub=[Token], name=Subdomain, spec=false, fields=[]),
     res!("apps", "Deployment", "deployments", "deployment", ns=true, short=["deploy"], sub=[Status, Scale], name=Subdomain, spec=true, fields=[], cat=["all"]),
     res!("apps", "ReplicaSet", "replicasets", "replicaset", ns=true, short=["rs"], sub=[Status, Scale], name=Subdomain, spec=true, fields=["status.replicas"], cat=["all"]),
     res!("apps", "StatefulSet", "statefulsets", "statefulset", ns=true, short=["sts"], sub=[Status, Scale], name=Subdomain, spec=true, fields=[], cat=["all"]),

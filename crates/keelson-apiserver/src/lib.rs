@@ -15,7 +15,11 @@ pub mod catalog;
 pub mod encryption;
 pub mod error;
 pub mod fieldset;
+pub mod audit;
+pub mod auth;
 pub mod http;
+pub mod join;
+pub mod join_client;
 pub mod meta;
 mod namespaces;
 pub mod protobuf;
@@ -27,7 +31,7 @@ use std::net::SocketAddr;
 
 pub use error::ApiError;
 pub use http::tls::Identity;
-pub use http::{serve, ApiServerConfig, ServingApi};
+pub use http::{serve, ApiServerConfig, AuditConfig, ServingApi};
 
 /// Starting the API server failed.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +45,9 @@ pub enum ApiServerError {
     /// The Secrets encryption key is unusable.
     #[error("secrets encryption: {0}")]
     Encryption(String),
+    /// Authentication or audit setup failed.
+    #[error("{0}")]
+    Auth(String),
     /// The store client could not be created.
     #[error("store client: {0}")]
     Store(String),

@@ -27,6 +27,30 @@ pub async fn ensure_builtin(registry: &Registry) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Registers a join token (usable by servers and nodes, no expiry) if absent.
+pub async fn ensure_join_token(registry: &Registry, id: &str, secret: &str) -> Result<(), ApiError> {
+    let def = catalog::lookup("", "v1", "secrets").expect("served");
+    let obj = crate::join::token_secret(id, secret, None, &["server", "node"]);
+    match registry.create(def, Some("kube-system"), obj, false).await {
+        Ok(_) | Err(ApiError::AlreadyExists { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates the default ClusterRoles and ClusterRoleBindings that do not exist yet
+/// (existing ones are left as the administrator changed them).
+pub async fn ensure_rbac_defaults(registry: &Registry) -> Result<(), ApiError> {
+    for obj in keelson_rbac::bootstrap_policy() {
+        let kind = obj.get("kind").and_then(|k| k.as_str()).unwrap_or("");
+        let Some(def) = catalog::by_kind("rbac.authorization.k8s.io", "v1", kind) else { continue };
+        match registry.create(def, None, obj, false).await {
+            Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Deletes all content of a terminating namespace, then the namespace.
 #[tracing::instrument(name = "namespace_cleanup", skip(registry))]
 pub async fn finalize(registry: &Registry, ns: &str) -> Result<(), ApiError> {

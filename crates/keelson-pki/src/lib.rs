@@ -8,9 +8,13 @@
 //!
 //! Architecture invariant: this crate does no networking; it only makes and stores keys.
 
+mod join_token;
 mod kubeconfig;
+mod material;
 
+pub use join_token::{ca_hash, JoinToken};
 pub use kubeconfig::{kubeconfig, KubeconfigContext};
+pub use material::ClusterMaterial;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -91,6 +95,16 @@ impl ClusterCa {
         params.not_after = now + CA_VALIDITY;
         let cert = params.self_signed(&key)?;
         Ok(Self { cert_pem: cert.pem(), key })
+    }
+
+    /// A CA from its certificate and key (PEM).
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, PkiError> {
+        Ok(Self { cert_pem: cert_pem.to_string(), key: KeyPair::from_pem(key_pem)? })
+    }
+
+    /// The CA's private key (PEM): only for servers of the cluster.
+    pub fn key_pem(&self) -> String {
+        self.key.serialize_pem()
     }
 
     /// The CA certificate (PEM), what clients trust.
@@ -186,6 +200,10 @@ pub const ADMIN_USER: &str = "kubernetes-admin";
 pub const ADMIN_GROUP: &str = "system:masters";
 
 fn write_file(path: &Path, content: &str, private: bool) -> Result<(), PkiError> {
+    write_file_bytes(path, content.as_bytes(), private)
+}
+
+fn write_file_bytes(path: &Path, content: &[u8], private: bool) -> Result<(), PkiError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
@@ -196,7 +214,7 @@ fn write_file(path: &Path, content: &str, private: bool) -> Result<(), PkiError>
         .mode(if private { 0o600 } else { 0o644 })
         .open(&tmp)
         .map_err(io_err(&tmp))?;
-    f.write_all(content.as_bytes()).map_err(io_err(&tmp))?;
+    f.write_all(content).map_err(io_err(&tmp))?;
     f.sync_all().map_err(io_err(&tmp))?;
     std::fs::rename(&tmp, path).map_err(io_err(path))
 }

@@ -4,6 +4,7 @@ use serde_json::{json, Value};
 
 use crate::catalog::{group_versions, Subresource, RESOURCES};
 
+
 /// The Kubernetes version this server speaks. kubectl's dispatcher picks its own minor
 /// version from this.
 pub const KUBE_MINOR: &str = "33";
@@ -22,8 +23,19 @@ pub fn version() -> Value {
     })
 }
 
+/// Served group versions: the catalog's plus the groups of virtual resources.
+fn all_group_versions() -> Vec<(&'static str, &'static str)> {
+    let mut gvs = group_versions();
+    for (g, _, _, _) in crate::http::request::VIRTUAL {
+        if !gvs.contains(&(*g, "v1")) {
+            gvs.push((*g, "v1"));
+        }
+    }
+    gvs
+}
+
 fn group_json(group: &str) -> Value {
-    let versions: Vec<Value> = group_versions()
+    let versions: Vec<Value> = all_group_versions()
         .into_iter()
         .filter(|(g, _)| *g == group)
         .map(|(g, v)| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
@@ -40,7 +52,7 @@ pub fn group_list(legacy: bool, advertise: &str) -> Value {
         });
     }
     let mut groups: Vec<&str> = Vec::new();
-    for (g, _) in group_versions() {
+    for (g, _) in all_group_versions() {
         if !g.is_empty() && !groups.contains(&g) {
             groups.push(g);
         }
@@ -49,7 +61,7 @@ pub fn group_list(legacy: bool, advertise: &str) -> Value {
 }
 
 pub fn group(name: &str) -> Option<Value> {
-    if name.is_empty() || !group_versions().iter().any(|(g, _)| *g == name) {
+    if name.is_empty() || !all_group_versions().iter().any(|(g, _)| *g == name) {
         return None;
     }
     let mut g = group_json(name);
@@ -62,10 +74,14 @@ const ALL_VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "lis
 
 pub fn resource_list(group: &str, version: &str) -> Option<Value> {
     let defs: Vec<_> = RESOURCES.iter().filter(|r| r.group == group && r.version == version).collect();
-    if defs.is_empty() {
+    let virtuals: Vec<_> = crate::http::request::VIRTUAL.iter().filter(|(g, ..)| *g == group && version == "v1").collect();
+    if defs.is_empty() && virtuals.is_empty() {
         return None;
     }
     let mut resources = Vec::new();
+    for (_, plural, kind, namespaced) in virtuals {
+        resources.push(json!({"name": plural, "singularName": "", "namespaced": namespaced, "kind": kind, "verbs": ["create"]}));
+    }
     for d in defs {
         let mut r = json!({
             "name": d.plural,
@@ -90,6 +106,7 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 Subresource::Eviction => ("Eviction", Some("policy"), Some("v1"), &["create"]),
                 Subresource::Binding => ("Binding", None, None, &["create"]),
                 Subresource::Finalize => ("Namespace", None, None, &["update"]),
+                Subresource::Token => ("TokenRequest", Some("authentication.k8s.io"), Some("v1"), &["create"]),
             };
             let mut sr = json!({
                 "name": format!("{}/{}", d.plural, s.name()),

@@ -3,6 +3,8 @@
 mod discovery;
 mod list;
 mod patch;
+mod node_admission;
+mod review;
 pub mod negotiate;
 pub mod request;
 mod resource;
@@ -24,6 +26,10 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use crate::audit::{AuditEntry, AuditLog};
+use crate::auth::authn::{user, TokenAuthenticator, TokenIdentity};
+use crate::auth::authz::RbacAuthorizer;
+use crate::auth::sa_token::TokenSigner;
 use crate::error::ApiError;
 use crate::registry::Registry;
 use crate::storage::ObjectStore;
@@ -44,6 +50,25 @@ pub struct ApiServerConfig {
     pub store_endpoint: String,
     /// The cluster's Secrets encryption key (32 bytes); `None` stores Secrets in plaintext.
     pub secrets_key: Option<Vec<u8>>,
+    /// PKCS#8 PEM ECDSA P-256 key signing ServiceAccount tokens.
+    pub service_account_key_pem: Option<String>,
+    /// Static bearer tokens (`token,user,uid,"groups"` per line).
+    pub token_auth_file: Option<std::path::PathBuf>,
+    /// Audit log of mutating requests.
+    pub audit: Option<AuditConfig>,
+    /// Key material handed to servers joining with a token; `None` disables joining here.
+    pub join: Option<crate::join::JoinMaterial>,
+    /// A join token (id, secret) to register if absent (the first server's token; no
+    /// expiry, usable by servers and nodes).
+    pub initial_join_token: Option<(String, String)>,
+}
+
+/// Where the audit log goes and how it rotates.
+#[derive(Clone, Debug)]
+pub struct AuditConfig {
+    pub path: std::path::PathBuf,
+    pub max_bytes: u64,
+    pub backups: usize,
 }
 
 /// A running API server.
@@ -56,6 +81,11 @@ pub(crate) struct ApiState {
     pub registry: Registry,
     pub shutdown: CancellationToken,
     pub advertise: String,
+    pub authn: TokenAuthenticator,
+    pub authz: Arc<RbacAuthorizer>,
+    pub audit: Option<AuditLog>,
+    pub join: Option<crate::join::JoinMaterial>,
+    pub ca_pem: String,
 }
 
 /// Binds the listener and serves until `shutdown` is cancelled.
@@ -70,19 +100,46 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
         .await
         .map_err(|source| ApiServerError::Listen { addr: cfg.listen, source })?;
     let addr = listener.local_addr().map_err(|source| ApiServerError::Listen { addr: cfg.listen, source })?;
+    let signer = match &cfg.service_account_key_pem {
+        Some(pem) => Some(Arc::new(TokenSigner::from_pem(pem).map_err(|e| ApiServerError::Auth(e.to_string()))?)),
+        None => None,
+    };
+    let mut authn = TokenAuthenticator::new(signer);
+    if let Some(path) = &cfg.token_auth_file {
+        authn.load_token_file(path).map_err(|e| ApiServerError::Auth(e.to_string()))?;
+    }
+    let audit = match &cfg.audit {
+        Some(a) => Some(AuditLog::open(&a.path, a.max_bytes, a.backups).map_err(|e| ApiServerError::Auth(format!("audit log {}: {e}", a.path.display())))?),
+        None => None,
+    };
+    let store = ObjectStore::new(client, cipher);
     let state = Arc::new(ApiState {
-        registry: Registry::new(ObjectStore::new(client, cipher)),
+        registry: Registry::new(store.clone()),
         shutdown: shutdown.clone(),
         advertise: addr.to_string(),
+        authn,
+        authz: RbacAuthorizer::start(store, shutdown.clone()),
+        audit,
+        join: cfg.join.clone(),
+        ca_pem: cfg.client_ca_pem.clone(),
     });
     let bootstrap_state = state.clone();
+    let initial_token = cfg.initial_join_token.clone();
     let bootstrap_token = shutdown.clone();
     tokio::spawn(async move {
-        // The store may still be electing a leader: retry until the namespaces exist.
+        // The store may still be electing a leader: retry until the defaults exist.
         loop {
-            match crate::namespaces::ensure_builtin(&bootstrap_state.registry).await {
+            let r = async {
+                crate::namespaces::ensure_builtin(&bootstrap_state.registry).await?;
+                if let Some((id, secret)) = &initial_token {
+                    crate::namespaces::ensure_join_token(&bootstrap_state.registry, id, secret).await?;
+                }
+                crate::namespaces::ensure_rbac_defaults(&bootstrap_state.registry).await
+            }
+            .await;
+            match r {
                 Ok(()) => break,
-                Err(e) => tracing::debug!(error = %e, "creating built-in namespaces; retrying"),
+                Err(e) => tracing::debug!(error = %e, "creating built-in namespaces and RBAC defaults; retrying"),
             }
             tokio::select! {
                 _ = bootstrap_token.cancelled() => return,
@@ -117,12 +174,14 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
                     Err(_) => return,
                 };
                 let identity = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(tls::identity_of);
+                let peer = peer.to_string();
                 let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                     let state = state.clone();
                     let identity = identity.clone();
+                    let peer = peer.clone();
                     async move {
                         let req = req.map(Body::new);
-                        Ok::<_, std::convert::Infallible>(handle(state, identity, req).await)
+                        Ok::<_, std::convert::Infallible>(handle(state, identity, peer, req).await)
                     }
                 });
                 let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -151,23 +210,63 @@ pub(crate) fn error_response(e: &ApiError) -> Response {
     json_response(StatusCode::from_u16(e.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), &e.status())
 }
 
-async fn handle(state: Arc<ApiState>, identity: Option<Identity>, req: Request) -> Response {
-    let span = tracing::info_span!(
-        "request",
-        method = %req.method(),
-        path = %req.uri().path(),
-        user = identity.as_ref().map(|i| i.user.as_str()).unwrap_or("")
-    );
-    let _enter = span.enter();
-    drop(_enter);
+/// The requester: who, and who they authenticated as when impersonating.
+pub(crate) struct Caller {
+    pub user: keelson_rbac::UserInfo,
+    pub impersonator: Option<String>,
+}
+
+/// Authenticates a request: client certificate, then bearer token.
+async fn authenticate(state: &ApiState, identity: Option<Identity>, headers: &http::HeaderMap) -> Result<keelson_rbac::UserInfo, ApiError> {
+    if let Some(id) = identity {
+        return Ok(user(id.user, id.groups));
+    }
+    let bearer = headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).map(str::trim);
+    let Some(token) = bearer.filter(|t| !t.is_empty()) else { return Err(ApiError::Unauthorized) };
+    match state.authn.authenticate(token, jiff::Timestamp::now().as_second()) {
+        TokenIdentity::User(u) => Ok(u),
+        TokenIdentity::ServiceAccount(u, claim) => {
+            // A token outlives nothing: its ServiceAccount must still exist, with its uid.
+            match review::service_account_uid(state, &claim.namespace, &claim.name).await? {
+                Some(uid) if uid == claim.uid => Ok(u),
+                _ => Err(ApiError::Unauthorized),
+            }
+        }
+        TokenIdentity::Invalid(why) => {
+            tracing::debug!(%why, "bearer token rejected");
+            Err(ApiError::Unauthorized)
+        }
+    }
+}
+
+async fn handle(state: Arc<ApiState>, identity: Option<Identity>, peer: String, req: Request) -> Response {
+    let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), user = tracing::field::Empty);
     use tracing::Instrument;
     async move {
         let r = route(req.uri().path());
-        // Health endpoints answer anyone (load balancers); everything else needs credentials.
-        if !matches!(r, Route::Health(_)) && identity.is_none() {
-            return error_response(&ApiError::Unauthorized);
+        let method = req.method().clone();
+        let uri = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
+        let query = parse_query(req.uri().query());
+        let ua = req.headers().get(http::header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        let command = req.headers().get("kubectl-command").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        let attrs = crate::auth::attributes::attributes(&method, &r, req.uri().path(), &query);
+        // Health, the CA certificate and joining (which checks its own token) need no
+        // credentials; everything else does.
+        let public = matches!(r, Route::Health(_) | Route::KeelsonCaCerts | Route::KeelsonJoin);
+        let caller = if public {
+            None
+        } else {
+            let headers = req.headers().clone();
+            match authorize(&state, identity, &headers, &attrs).await {
+                Ok(c) => Some(c),
+                Err(e) => return error_response(&e),
+            }
+        };
+        if let Some(c) = &caller {
+            tracing::Span::current().record("user", c.user.name.as_str());
         }
-        match dispatch(&state, r, req).await {
+        let result = dispatch(&state, r, caller.as_ref(), req).await;
+        let resp = match result {
             Ok(resp) => resp,
             Err(e) => {
                 if e.code() >= 500 {
@@ -175,19 +274,69 @@ async fn handle(state: Arc<ApiState>, identity: Option<Identity>, req: Request) 
                 }
                 error_response(&e)
             }
+        };
+        if let (Some(log), Some(c)) = (&state.audit, &caller) {
+            if matches!(method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE) {
+                let (verb, resource, namespace, name) = match &attrs {
+                    keelson_rbac::Attributes::Resource(a) => (
+                        a.verb.clone(),
+                        match &a.subresource { Some(s) => format!("{}/{s}", a.resource), None => a.resource.clone() },
+                        a.namespace.clone().unwrap_or_default(),
+                        a.name.clone().unwrap_or_default(),
+                    ),
+                    keelson_rbac::Attributes::NonResource(a) => (a.verb.clone(), String::new(), String::new(), String::new()),
+                };
+                log.record(&AuditEntry {
+                    time: crate::registry::now_rfc3339(),
+                    user: c.impersonator.clone().unwrap_or_else(|| c.user.name.clone()),
+                    groups: c.user.groups.clone(),
+                    impersonated_user: c.impersonator.as_ref().map(|_| c.user.name.clone()),
+                    verb,
+                    request_uri: uri,
+                    resource,
+                    namespace,
+                    name,
+                    code: resp.status().as_u16(),
+                    source: peer,
+                    user_agent: ua,
+                    command,
+                });
+            }
         }
+        resp
     }
     .instrument(span)
     .await
 }
 
-async fn dispatch(state: &Arc<ApiState>, r: Route, req: Request) -> Result<Response, ApiError> {
+/// Authentication, impersonation and RBAC: the caller, or 401/403.
+async fn authorize(state: &ApiState, identity: Option<Identity>, headers: &http::HeaderMap, attrs: &keelson_rbac::Attributes) -> Result<Caller, ApiError> {
+    let authenticated = authenticate(state, identity, headers).await?;
+    let (user, impersonator) = review::impersonate(state, authenticated, headers).await?;
+    match state.authz.authorize(&user, attrs).await? {
+        keelson_rbac::Decision::Allow { .. } => Ok(Caller { user, impersonator }),
+        keelson_rbac::Decision::Deny { .. } => Err(ApiError::Forbidden(keelson_rbac::forbidden_message(&user, attrs))),
+    }
+}
+
+async fn dispatch(state: &Arc<ApiState>, r: Route, caller: Option<&Caller>, req: Request) -> Result<Response, ApiError> {
     let method = req.method().clone();
     let get_only = |resp: Result<Response, ApiError>| if method == Method::GET { resp } else { Err(ApiError::MethodNotAllowed) };
     match r {
         Route::Version => get_only(Ok(json_response(StatusCode::OK, &discovery::version()))),
         Route::Health(_) => Ok((StatusCode::OK, [(http::header::CONTENT_TYPE, "text/plain")], "ok").into_response()),
         Route::Metrics => Err(ApiError::NoRoute),
+        Route::KeelsonCaCerts => get_only(Ok((StatusCode::OK, [(http::header::CONTENT_TYPE, "text/plain")], state.ca_pem.clone()).into_response())),
+        Route::KeelsonJoin => {
+            if method != Method::POST {
+                return Err(ApiError::MethodNotAllowed);
+            }
+            let material = state.join.as_ref().ok_or_else(|| ApiError::Forbidden("this server does not accept joins".into()))?;
+            let bearer = req.headers().get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).map(String::from);
+            let (_, body) = resource::read_body(req).await?;
+            let v = crate::join::join(&state.registry, material, bearer.as_deref(), &body).await?;
+            Ok(json_response(StatusCode::OK, &v))
+        }
         Route::GroupList { legacy } => get_only(Ok(json_response(StatusCode::OK, &discovery::group_list(legacy, &state.advertise)))),
         Route::Group(g) => get_only(discovery::group(&g).map(|v| json_response(StatusCode::OK, &v)).ok_or(ApiError::NoRoute)),
         Route::GroupVersion { group, version } => {
@@ -204,8 +353,22 @@ async fn dispatch(state: &Arc<ApiState>, r: Route, req: Request) -> Result<Respo
         )
             .into_response())),
         Route::NotFound => Err(ApiError::NoRoute),
+        Route::Virtual(v) => {
+            if method != Method::POST {
+                return Err(ApiError::MethodNotAllowed);
+            }
+            let caller = caller.ok_or(ApiError::Unauthorized)?;
+            let (headers, body) = resource::read_body(req).await?;
+            let obj = negotiate::decode_body(&headers, &body)?;
+            let out = review::handle(state, &v, &caller.user, obj).await?;
+            Ok(json_response(StatusCode::CREATED, &out))
+        }
         Route::Resource(rr) => {
             let query = parse_query(req.uri().query());
+            let req = match caller {
+                Some(c) => node_admission::check(state, &c.user, &rr, req).await?,
+                None => req,
+            };
             match rr.subresource {
                 Some(sub) => subresource::handle(state, rr.clone(), sub, query, req).await,
                 None => resource::handle(state, rr, query, req).await,

@@ -15,10 +15,47 @@ pub struct ResourceRequest {
     pub subresource: Option<Subresource>,
 }
 
+/// A create-only resource that is answered, never stored (access reviews, whoami).
+#[derive(Clone, Debug)]
+pub struct VirtualRequest {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub plural: &'static str,
+    pub kind: &'static str,
+    pub namespace: Option<String>,
+}
+
+/// The virtual resources: (group, plural, kind, namespaced).
+pub static VIRTUAL: &[(&str, &str, &str, bool)] = &[
+    ("authorization.k8s.io", "selfsubjectaccessreviews", "SelfSubjectAccessReview", false),
+    ("authorization.k8s.io", "selfsubjectrulesreviews", "SelfSubjectRulesReview", false),
+    ("authorization.k8s.io", "subjectaccessreviews", "SubjectAccessReview", false),
+    ("authorization.k8s.io", "localsubjectaccessreviews", "LocalSubjectAccessReview", true),
+    ("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview", false),
+    ("authentication.k8s.io", "tokenreviews", "TokenReview", false),
+];
+
+fn virtual_route(group: &str, version: &str, rest: &[&str]) -> Option<Route> {
+    if version != "v1" {
+        return None;
+    }
+    let (ns, plural) = match rest {
+        [plural] => (None, *plural),
+        ["namespaces", ns, plural] => (Some(ns.to_string()), *plural),
+        _ => return None,
+    };
+    let &(g, p, kind, namespaced) = VIRTUAL.iter().find(|(g, p, _, _)| *g == group && *p == plural)?;
+    if namespaced != ns.is_some() {
+        return None;
+    }
+    Some(Route::Virtual(VirtualRequest { group: g, version: "v1", plural: p, kind, namespace: ns }))
+}
+
 /// Where a path leads.
 #[derive(Debug)]
 pub enum Route {
     Resource(ResourceRequest),
+    Virtual(VirtualRequest),
     /// `/api` or `/apis`.
     GroupList { legacy: bool },
     /// `/apis/GROUP`.
@@ -33,6 +70,10 @@ pub enum Route {
     OpenApiV2,
     OpenApiV3(String),
     Metrics,
+    /// `GET /keelson/v1/cacerts`: the cluster CA, for joiners.
+    KeelsonCaCerts,
+    /// `POST /keelson/v1/join`: join with a token.
+    KeelsonJoin,
     NotFound,
 }
 
@@ -43,6 +84,8 @@ pub fn route(path: &str) -> Route {
         ["version"] => Route::Version,
         [h @ ("healthz" | "livez" | "readyz"), ..] => Route::Health(h.to_string()),
         ["metrics"] => Route::Metrics,
+        ["keelson", "v1", "cacerts"] => Route::KeelsonCaCerts,
+        ["keelson", "v1", "join"] => Route::KeelsonJoin,
         ["openapi", "v3"] => Route::OpenApiV3Index,
         ["openapi", "v2"] => Route::OpenApiV2,
         ["openapi", "v3", rest @ ..] if !rest.is_empty() => Route::OpenApiV3(rest.join("/")),
@@ -50,9 +93,12 @@ pub fn route(path: &str) -> Route {
         ["apis"] => Route::GroupList { legacy: false },
         ["api", "v1"] => Route::GroupVersion { group: String::new(), version: "v1".into() },
         ["apis", g] => Route::Group(g.to_string()),
+        ["apis", g @ ("authorization.k8s.io" | "authentication.k8s.io"), "v1"] => {
+            Route::GroupVersion { group: g.to_string(), version: "v1".into() }
+        }
         ["apis", g, v] => Route::GroupVersion { group: g.to_string(), version: v.to_string() },
         ["api", "v1", rest @ ..] => resource_route("", "v1", rest),
-        ["apis", g, v, rest @ ..] => resource_route(g, v, rest),
+        ["apis", g, v, rest @ ..] => virtual_route(g, v, rest).unwrap_or_else(|| resource_route(g, v, rest)),
         _ => Route::NotFound,
     }
 }

@@ -139,6 +139,12 @@ pub(crate) async fn handle(
             }
             Ok(json_response(StatusCode::CREATED, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})))
         }
+        (Subresource::Token, Method::POST) => {
+            let (headers, body) = read_body(req).await?;
+            let tr = if body.is_empty() { json!({}) } else { negotiate::decode_body(&headers, &body)? };
+            let out = super::review::token_request(state, ns.as_deref().unwrap_or("default"), &name, tr).await?;
+            Ok(json_response(StatusCode::CREATED, &out))
+        }
         (Subresource::Log | Subresource::Exec, _) => {
             let pod = reg.get(def, ns.as_deref(), &name).await?;
             let node = pod.obj.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("");
