@@ -103,6 +103,31 @@ impl ApiCluster {
         Ok(kube::Client::try_from(cfg)?)
     }
 
+    /// A kube-rs client to replica `i` authenticating with a bearer token.
+    pub async fn kube_client_with_token(&self, i: usize, token: &str) -> anyhow::Result<kube::Client> {
+        use base64::Engine;
+        let ca = base64::engine::general_purpose::STANDARD.encode(self.ca.cert_pem());
+        let yaml = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://{}\n    certificate-authority-data: {ca}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: {token}\n",
+            self.api_addrs[i]
+        );
+        let cfg = kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::from_yaml(&yaml)?, &kube::config::KubeConfigOptions::default()).await?;
+        Ok(kube::Client::try_from(cfg)?)
+    }
+
+    /// A kube-rs client to replica `i` with a client certificate for `user` in `group`.
+    pub async fn kube_client_as(&self, i: usize, user: &str, group: Option<&str>) -> anyhow::Result<kube::Client> {
+        let cert = self.ca.issue_client(user, &group.into_iter().collect::<Vec<_>>())?;
+        let yaml = keelson_pki::kubeconfig(&[KubeconfigContext { name: "c".into(), server: format!("https://{}", self.api_addrs[i]) }], self.ca.cert_pem(), "u", &cert);
+        let cfg = kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::from_yaml(&yaml)?, &kube::config::KubeConfigOptions::default()).await?;
+        Ok(kube::Client::try_from(cfg)?)
+    }
+
+    /// The cluster CA certificate (PEM).
+    pub fn ca_pem(&self) -> &str {
+        self.ca.cert_pem()
+    }
+
     /// A kube-rs client talking to replica `i`.
     pub async fn kube_client(&self, i: usize) -> anyhow::Result<kube::Client> {
         self.kube_client_for(self.api_addrs[i]).await

@@ -5,9 +5,7 @@
 use serde_json::{json, Value};
 
 use crate::policy::{subject_json, RBAC_API_VERSION};
-use crate::types::{
-    SYSTEM_AUTHENTICATED, SYSTEM_MASTERS, SYSTEM_NODES, SYSTEM_UNAUTHENTICATED,
-};
+use crate::types::{SYSTEM_AUTHENTICATED, SYSTEM_MASTERS, SYSTEM_NODES, SYSTEM_UNAUTHENTICATED};
 
 /// Label every bootstrap object carries, with value `rbac-defaults`.
 pub const BOOTSTRAP_LABEL: &str = "kubernetes.io/bootstrapping";
@@ -125,9 +123,21 @@ fn cluster_roles() -> Vec<Value> {
         aggregated_role("admin", &[], AGGREGATE_TO_ADMIN),
         aggregated_role("edit", &[(AGGREGATE_TO_ADMIN, "true")], AGGREGATE_TO_EDIT),
         aggregated_role("view", &[(AGGREGATE_TO_EDIT, "true")], AGGREGATE_TO_VIEW),
-        labeled_role("system:aggregate-to-admin", AGGREGATE_TO_ADMIN, aggregate_to_admin()),
-        labeled_role("system:aggregate-to-edit", AGGREGATE_TO_EDIT, aggregate_to_edit()),
-        labeled_role("system:aggregate-to-view", AGGREGATE_TO_VIEW, aggregate_to_view()),
+        labeled_role(
+            "system:aggregate-to-admin",
+            AGGREGATE_TO_ADMIN,
+            aggregate_to_admin(),
+        ),
+        labeled_role(
+            "system:aggregate-to-edit",
+            AGGREGATE_TO_EDIT,
+            aggregate_to_edit(),
+        ),
+        labeled_role(
+            "system:aggregate-to-view",
+            AGGREGATE_TO_VIEW,
+            aggregate_to_view(),
+        ),
         cluster_role(
             "system:basic-user",
             vec![
@@ -136,7 +146,11 @@ fn cluster_roles() -> Vec<Value> {
                     &["authorization.k8s.io"],
                     &["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
                 ),
-                rule(&["create"], &["authentication.k8s.io"], &["selfsubjectreviews"]),
+                rule(
+                    &["create"],
+                    &["authentication.k8s.io"],
+                    &["selfsubjectreviews"],
+                ),
             ],
         ),
         cluster_role(
@@ -144,8 +158,17 @@ fn cluster_roles() -> Vec<Value> {
             vec![url_rule(
                 &["get"],
                 &[
-                    "/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi",
-                    "/openapi/*", "/readyz", "/version", "/version/",
+                    "/api",
+                    "/api/*",
+                    "/apis",
+                    "/apis/*",
+                    "/healthz",
+                    "/livez",
+                    "/openapi",
+                    "/openapi/*",
+                    "/readyz",
+                    "/version",
+                    "/version/",
                 ],
             )],
         ),
@@ -161,8 +184,14 @@ fn cluster_roles() -> Vec<Value> {
             vec![url_rule(
                 &["get"],
                 &[
-                    "/healthz", "/healthz/*", "/livez", "/livez/*", "/metrics", "/metrics/slis",
-                    "/readyz", "/readyz/*",
+                    "/healthz",
+                    "/healthz/*",
+                    "/livez",
+                    "/livez/*",
+                    "/metrics",
+                    "/metrics/slis",
+                    "/readyz",
+                    "/readyz/*",
                 ],
             )],
         ),
@@ -170,7 +199,11 @@ fn cluster_roles() -> Vec<Value> {
             "system:auth-delegator",
             vec![
                 rule(&["create"], &["authentication.k8s.io"], &["tokenreviews"]),
-                rule(&["create"], &["authorization.k8s.io"], &["subjectaccessreviews"]),
+                rule(
+                    &["create"],
+                    &["authorization.k8s.io"],
+                    &["subjectaccessreviews"],
+                ),
             ],
         ),
         cluster_role("system:node", node_rules()),
@@ -181,8 +214,16 @@ fn cluster_roles() -> Vec<Value> {
             vec![
                 rule(&["list", "watch"], &[""], &["endpoints", "services"]),
                 rule(READ, &[""], &["nodes"]),
-                rule(&["create", "patch", "update"], &["", "events.k8s.io"], &["events"]),
-                rule(&["list", "watch"], &["discovery.k8s.io"], &["endpointslices"]),
+                rule(
+                    &["create", "patch", "update"],
+                    &["", "events.k8s.io"],
+                    &["events"],
+                ),
+                rule(
+                    &["list", "watch"],
+                    &["discovery.k8s.io"],
+                    &["endpointslices"],
+                ),
             ],
         ),
     ]
@@ -190,15 +231,31 @@ fn cluster_roles() -> Vec<Value> {
 
 fn cluster_role_bindings() -> Vec<Value> {
     vec![
-        binding("cluster-admin", "cluster-admin", vec![group(SYSTEM_MASTERS)]),
-        binding("system:basic-user", "system:basic-user", vec![group(SYSTEM_AUTHENTICATED)]),
-        binding("system:discovery", "system:discovery", vec![group(SYSTEM_AUTHENTICATED)]),
+        binding(
+            "cluster-admin",
+            "cluster-admin",
+            vec![group(SYSTEM_MASTERS)],
+        ),
+        binding(
+            "system:basic-user",
+            "system:basic-user",
+            vec![group(SYSTEM_AUTHENTICATED)],
+        ),
+        binding(
+            "system:discovery",
+            "system:discovery",
+            vec![group(SYSTEM_AUTHENTICATED)],
+        ),
         binding(
             "system:public-info-viewer",
             "system:public-info-viewer",
             vec![group(SYSTEM_AUTHENTICATED), group(SYSTEM_UNAUTHENTICATED)],
         ),
-        binding("system:monitoring", "system:monitoring", vec![group("system:monitoring")]),
+        binding(
+            "system:monitoring",
+            "system:monitoring",
+            vec![group("system:monitoring")],
+        ),
         binding("system:node", "system:node", vec![group(SYSTEM_NODES)]),
         binding(
             "system:kube-scheduler",
@@ -210,7 +267,11 @@ fn cluster_role_bindings() -> Vec<Value> {
             "system:kube-controller-manager",
             vec![user("system:kube-controller-manager")],
         ),
-        binding("system:node-proxier", "system:node-proxier", vec![user("system:kube-proxy")]),
+        binding(
+            "system:node-proxier",
+            "system:node-proxier",
+            vec![user("system:kube-proxy")],
+        ),
     ]
 }
 
@@ -272,9 +333,16 @@ fn aggregate_to_view() -> Vec<Value> {
         rule(
             READ,
             &["autoscaling"],
-            &["horizontalpodautoscalers", "horizontalpodautoscalers/status"],
+            &[
+                "horizontalpodautoscalers",
+                "horizontalpodautoscalers/status",
+            ],
         ),
-        rule(READ, &["batch"], &["cronjobs", "cronjobs/status", "jobs", "jobs/status"]),
+        rule(
+            READ,
+            &["batch"],
+            &["cronjobs", "cronjobs/status", "jobs", "jobs/status"],
+        ),
         rule(
             READ,
             &["extensions"],
@@ -293,7 +361,11 @@ fn aggregate_to_view() -> Vec<Value> {
                 "replicationcontrollers/scale",
             ],
         ),
-        rule(READ, &["policy"], &["poddisruptionbudgets", "poddisruptionbudgets/status"]),
+        rule(
+            READ,
+            &["policy"],
+            &["poddisruptionbudgets", "poddisruptionbudgets/status"],
+        ),
         rule(
             READ,
             &["networking.k8s.io"],
@@ -321,7 +393,13 @@ fn aggregate_to_edit() -> Vec<Value> {
         rule(
             WRITE,
             &[""],
-            &["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy"],
+            &[
+                "pods",
+                "pods/attach",
+                "pods/exec",
+                "pods/portforward",
+                "pods/proxy",
+            ],
         ),
         rule(&["create"], &[""], &["pods/eviction"]),
         rule(
@@ -372,7 +450,11 @@ fn aggregate_to_edit() -> Vec<Value> {
             ],
         ),
         rule(WRITE, &["policy"], &["poddisruptionbudgets"]),
-        rule(WRITE, &["networking.k8s.io"], &["ingresses", "networkpolicies"]),
+        rule(
+            WRITE,
+            &["networking.k8s.io"],
+            &["ingresses", "networkpolicies"],
+        ),
         rule(READ_WRITE, &["coordination.k8s.io"], &["leases"]),
     ]
 }
@@ -380,8 +462,16 @@ fn aggregate_to_edit() -> Vec<Value> {
 /// Granting access inside the namespace.
 fn aggregate_to_admin() -> Vec<Value> {
     vec![
-        rule(&["create"], &["authorization.k8s.io"], &["localsubjectaccessreviews"]),
-        rule(READ_WRITE, &["rbac.authorization.k8s.io"], &["rolebindings", "roles"]),
+        rule(
+            &["create"],
+            &["authorization.k8s.io"],
+            &["localsubjectaccessreviews"],
+        ),
+        rule(
+            READ_WRITE,
+            &["rbac.authorization.k8s.io"],
+            &["rolebindings", "roles"],
+        ),
     ]
 }
 
@@ -398,14 +488,22 @@ fn node_rules() -> Vec<Value> {
         rule(&["create", "get", "list", "watch"], &[""], &["nodes"]),
         rule(&["patch", "update"], &[""], &["nodes/status"]),
         rule(&["patch", "update"], &[""], &["nodes"]),
-        rule(&["create", "patch", "update"], &["", "events.k8s.io"], &["events"]),
+        rule(
+            &["create", "patch", "update"],
+            &["", "events.k8s.io"],
+            &["events"],
+        ),
         rule(READ, &[""], &["pods"]),
         // Mirror pods.
         rule(&["create", "delete"], &[""], &["pods"]),
         rule(&["patch", "update"], &[""], &["pods/status"]),
         rule(&["create"], &[""], &["pods/eviction"]),
         rule(READ, &[""], &["configmaps", "secrets"]),
-        rule(&["get"], &[""], &["persistentvolumeclaims", "persistentvolumes"]),
+        rule(
+            &["get"],
+            &[""],
+            &["persistentvolumeclaims", "persistentvolumes"],
+        ),
         rule(&["get"], &[""], &["endpoints"]),
         rule(READ, &["discovery.k8s.io"], &["endpointslices"]),
         rule(
@@ -420,7 +518,11 @@ fn node_rules() -> Vec<Value> {
         ),
         rule(&["get"], &["storage.k8s.io"], &["volumeattachments"]),
         rule(&["create"], &[""], &["serviceaccounts/token"]),
-        rule(&["get", "patch", "update"], &[""], &["persistentvolumeclaims/status"]),
+        rule(
+            &["get", "patch", "update"],
+            &[""],
+            &["persistentvolumeclaims/status"],
+        ),
         rule(READ, &["storage.k8s.io"], &["csidrivers"]),
         rule(
             &["create", "delete", "get", "patch", "update"],
@@ -435,7 +537,11 @@ fn node_rules() -> Vec<Value> {
 /// of any name (Keelson's scheduler elects a leader through a Lease).
 fn scheduler_rules() -> Vec<Value> {
     vec![
-        rule(&["create", "patch", "update"], &["", "events.k8s.io"], &["events"]),
+        rule(
+            &["create", "patch", "update"],
+            &["", "events.k8s.io"],
+            &["events"],
+        ),
         rule(
             &["get", "list", "watch", "create", "update", "patch"],
             &["coordination.k8s.io"],
@@ -448,7 +554,12 @@ fn scheduler_rules() -> Vec<Value> {
         rule(
             READ,
             &[""],
-            &["replicationcontrollers", "services", "namespaces", "configmaps"],
+            &[
+                "replicationcontrollers",
+                "services",
+                "namespaces",
+                "configmaps",
+            ],
         ),
         rule(READ, &["apps", "extensions"], &["replicasets"]),
         rule(READ, &["apps"], &["statefulsets"]),
@@ -474,9 +585,17 @@ fn scheduler_rules() -> Vec<Value> {
             &["resource.k8s.io"],
             &["resourceclaims", "resourceslices", "deviceclasses"],
         ),
-        rule(&["patch", "update"], &["resource.k8s.io"], &["resourceclaims/status"]),
+        rule(
+            &["patch", "update"],
+            &["resource.k8s.io"],
+            &["resourceclaims/status"],
+        ),
         rule(&["create"], &["authentication.k8s.io"], &["tokenreviews"]),
-        rule(&["create"], &["authorization.k8s.io"], &["subjectaccessreviews"]),
+        rule(
+            &["create"],
+            &["authorization.k8s.io"],
+            &["subjectaccessreviews"],
+        ),
     ]
 }
 
@@ -488,7 +607,15 @@ fn scheduler_rules() -> Vec<Value> {
 fn controller_manager_rules() -> Vec<Value> {
     vec![
         rule(
-            &["get", "list", "watch", "update", "patch", "delete", "deletecollection"],
+            &[
+                "get",
+                "list",
+                "watch",
+                "update",
+                "patch",
+                "delete",
+                "deletecollection",
+            ],
             &["*"],
             &["*"],
         ),
@@ -512,7 +639,11 @@ fn controller_manager_rules() -> Vec<Value> {
             ],
             &["*"],
         ),
-        rule(&["escalate", "bind"], &["rbac.authorization.k8s.io"], &["clusterroles"]),
+        rule(
+            &["escalate", "bind"],
+            &["rbac.authorization.k8s.io"],
+            &["clusterroles"],
+        ),
         rule(&["approve", "sign"], &["certificates.k8s.io"], &["signers"]),
     ]
 }

@@ -122,7 +122,9 @@ mod tests {
 
     #[test]
     fn get_named_object() {
-        let a = ResourceAttributes::new("get", "", "pods").in_namespace("default").named("web");
+        let a = ResourceAttributes::new("get", "", "pods")
+            .in_namespace("default")
+            .named("web");
         assert_eq!(
             forbidden_message(&alice(), &a.into()),
             r#"pods "web" is forbidden: User "alice" cannot get resource "pods" in API group "" in the namespace "default""#
@@ -158,7 +160,10 @@ mod tests {
     #[test]
     fn non_resource_path() {
         assert_eq!(
-            forbidden_message(&UserInfo::new("x"), &Attributes::non_resource("get", "/metrics")),
+            forbidden_message(
+                &UserInfo::new("x"),
+                &Attributes::non_resource("get", "/metrics")
+            ),
             r#"forbidden: User "x" cannot get path "/metrics""#
         );
     }

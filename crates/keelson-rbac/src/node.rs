@@ -112,8 +112,8 @@ pub fn node_restriction(
         _ => return Ok(()),
     };
     let sub = r.subresource();
-    let connect = matches!(sub, Some("exec" | "attach" | "portforward" | "proxy"));
-    if connect && op == Op::Create {
+    // Connections (any verb) are not admission writes in Kubernetes.
+    if matches!(sub, Some("exec" | "attach" | "portforward" | "proxy")) {
         return Ok(());
     }
     if node.is_empty() {
@@ -126,7 +126,9 @@ pub fn node_restriction(
     let target_name = || -> String {
         match (r.name(), op) {
             (Some(n), _) => n.to_string(),
-            (None, Op::Create) => new.map(|o| str_at(o, &["metadata", "name"])).unwrap_or_default(),
+            (None, Op::Create) => new
+                .map(|o| str_at(o, &["metadata", "name"]))
+                .unwrap_or_default(),
             (None, _) => current
                 .map(|o| str_at(o, &["metadata", "name"]))
                 .unwrap_or_default(),
@@ -248,7 +250,9 @@ fn admit_mirror_pod_create(
             if let Some(n) = node_obj {
                 let (want, got) = (str_at(owner, &["uid"]), str_at(n, &["metadata", "uid"]));
                 if want != got {
-                    return Err(format!("node {node} UID mismatch: expected {want} got {got}"));
+                    return Err(format!(
+                        "node {node} UID mismatch: expected {want} got {got}"
+                    ));
                 }
             }
         }
@@ -271,7 +275,9 @@ fn admit_mirror_pod_create(
         ("persistentvolumeclaims", refs.pvcs),
     ] {
         if present {
-            return Err(format!("node {node:?} can not create pods that reference {what}"));
+            return Err(format!(
+                "node {node:?} can not create pods that reference {what}"
+            ));
         }
     }
     Ok(())
@@ -303,7 +309,9 @@ fn pod_references(pod: &Value) -> PodRefs {
             for e in list(Some(&c), "env") {
                 let from = e.get("valueFrom");
                 refs.secrets |= from.and_then(|f| f.get("secretKeyRef")).is_some_and(is_set);
-                refs.configmaps |= from.and_then(|f| f.get("configMapKeyRef")).is_some_and(is_set);
+                refs.configmaps |= from
+                    .and_then(|f| f.get("configMapKeyRef"))
+                    .is_some_and(is_set);
             }
             for e in list(Some(&c), "envFrom") {
                 refs.secrets |= e.get("secretRef").is_some_and(is_set);
@@ -358,10 +366,14 @@ fn admit_pod_status(
     }
     let new = new.ok_or_else(|| "unexpected type: no pod in request".to_string())?;
     if labels(old) != labels(new) {
-        return Err(format!("node {node:?} cannot update labels through pod status"));
+        return Err(format!(
+            "node {node:?} cannot update labels through pod status"
+        ));
     }
     if str_at(new, &["spec", "nodeName"]) != node {
-        return Err(format!("node {node:?} cannot change spec.nodeName of a pod"));
+        return Err(format!(
+            "node {node:?} cannot change spec.nodeName of a pod"
+        ));
     }
     let claims = |p: &Value| {
         at(p, &["status", "resourceClaimStatuses"])
@@ -369,12 +381,19 @@ fn admit_pod_status(
             .cloned()
     };
     if claims(old) != claims(new) {
-        return Err(format!("node {node:?} cannot update resource claim statues"));
+        return Err(format!(
+            "node {node:?} cannot update resource claim statues"
+        ));
     }
     Ok(())
 }
 
-fn admit_eviction(node: &str, op: Op, pod_name: &str, current: Option<&Value>) -> Result<(), String> {
+fn admit_eviction(
+    node: &str,
+    op: Op,
+    pod_name: &str,
+    current: Option<&Value>,
+) -> Result<(), String> {
     if op != Op::Create {
         return Err(format!("unexpected operation {}", op.as_str()));
     }
@@ -397,8 +416,10 @@ fn admit_node(
     current: Option<&Value>,
     new: Option<&Value>,
 ) -> Result<(), String> {
-    if requested == "never" {
-        return Err(format!("node {node:?} is not allowed to modify node {requested:?}"));
+    if requested != node {
+        return Err(format!(
+            "node {node:?} is not allowed to modify node {requested:?}"
+        ));
     }
     match op {
         Op::Create => {
@@ -421,7 +442,11 @@ fn admit_node(
                 (Some(o), Some(n)) => (o, n),
                 _ => return Err("unexpected type: update needs the current and new node".into()),
             };
-            let config = |o: &Value| at(o, &["spec", "configSource"]).filter(|v| !v.is_null()).cloned();
+            let config = |o: &Value| {
+                at(o, &["spec", "configSource"])
+                    .filter(|v| !v.is_null())
+                    .cloned()
+            };
             if config(obj).is_some() && config(obj) != config(old) {
                 return Err(format!(
                     "node {node:?} is not allowed to update configSource to a new non-nil configSource"
@@ -464,7 +489,12 @@ fn admit_pvc_status(
             m.remove("managedFields");
         }
         if let Some(s) = v.get_mut("status").and_then(Value::as_object_mut) {
-            for k in ["capacity", "conditions", "allocatedResourceStatuses", "allocatedResources"] {
+            for k in [
+                "capacity",
+                "conditions",
+                "allocatedResourceStatuses",
+                "allocatedResources",
+            ] {
                 s.remove(k);
             }
         }
@@ -571,7 +601,10 @@ fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
 }
 
 fn str_at(v: &Value, path: &[&str]) -> String {
-    at(v, path).and_then(Value::as_str).unwrap_or_default().to_string()
+    at(v, path)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn map_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Map<String, Value>> {
@@ -593,7 +626,11 @@ fn diff_paths(a: &Value, b: &Value, prefix: &str, out: &mut Vec<String>) {
         (Value::Object(x), Value::Object(y)) => {
             let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
             for k in keys {
-                let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                let p = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
                 match (x.get(k), y.get(k)) {
                     (Some(l), Some(r)) => diff_paths(l, r, &p, out),
                     _ => out.push(p),

@@ -75,7 +75,11 @@ pub struct PolicyRule {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resource_names: Vec<String>,
     /// Non-resource URLs: exact, `*`, or a prefix ending in `*`.
-    #[serde(default, rename = "nonResourceURLs", skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        rename = "nonResourceURLs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub non_resource_urls: Vec<String>,
 }
 
@@ -222,7 +226,11 @@ impl Subject {
             } else {
                 &self.namespace
             };
-            format!("{} {}", self.kind, go_quote(&format!("{}/{}", self.name, ns)))
+            format!(
+                "{} {}",
+                self.kind,
+                go_quote(&format!("{}/{}", self.name, ns))
+            )
         } else {
             format!("{} {}", self.kind, go_quote(&self.name))
         }
@@ -413,10 +421,12 @@ fn bad(field: &str, problem: &'static str) -> ParseError {
     }
 }
 
+type JsonObject = Map<String, Value>;
+
 fn object_and_meta<'a>(
     v: &'a Value,
     kind: &'static str,
-) -> Result<(&'a Map<String, Value>, &'a Map<String, Value>), ParseError> {
+) -> Result<(&'a JsonObject, &'a JsonObject), ParseError> {
     let obj = v.as_object().ok_or(ParseError::NotAnObject)?;
     match obj.get("kind") {
         None | Some(Value::Null) => {}
@@ -424,7 +434,9 @@ fn object_and_meta<'a>(
         Some(other) => {
             return Err(ParseError::WrongKind {
                 expected: kind,
-                found: other.as_str().map_or_else(|| other.to_string(), str::to_string),
+                found: other
+                    .as_str()
+                    .map_or_else(|| other.to_string(), str::to_string),
             })
         }
     }
@@ -513,7 +525,11 @@ fn optional_str(
     }
 }
 
-fn string_list(obj: &Map<String, Value>, key: &str, field: &str) -> Result<Vec<String>, ParseError> {
+fn string_list(
+    obj: &Map<String, Value>,
+    key: &str,
+    field: &str,
+) -> Result<Vec<String>, ParseError> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(a)) => a

@@ -53,17 +53,23 @@ fn star_slash_subresource_wildcard() {
     assert!(r.allows(&scale("deployments").into()));
     assert!(r.allows(&scale("statefulsets").into()));
     assert!(!r.allows(&res("update", "apps", "deployments").named("x").into()));
-    let status = res("update", "apps", "deployments").named("x").with_subresource("status");
+    let status = res("update", "apps", "deployments")
+        .named("x")
+        .with_subresource("status");
     assert!(!r.allows(&status.into()));
     // "*/scale" must not match a subresource that merely ends in "scale".
-    let rescale = res("update", "apps", "deployments").named("x").with_subresource("rescale");
+    let rescale = res("update", "apps", "deployments")
+        .named("x")
+        .with_subresource("rescale");
     assert!(!r.allows(&rescale.into()));
 }
 
 #[test]
 fn resource_names_restrict_named_requests_only() {
-    let r = rule(json!({"verbs": ["get", "update", "list", "create", "delete"], "apiGroups": [""],
-        "resources": ["configmaps"], "resourceNames": ["cfg"]}));
+    let r = rule(
+        json!({"verbs": ["get", "update", "list", "create", "delete"], "apiGroups": [""],
+        "resources": ["configmaps"], "resourceNames": ["cfg"]}),
+    );
     assert!(r.allows(&res("get", "", "configmaps").named("cfg").into()));
     assert!(r.allows(&res("delete", "", "configmaps").named("cfg").into()));
     assert!(!r.allows(&res("get", "", "configmaps").named("other").into()));
@@ -78,15 +84,21 @@ fn resource_names_restrict_named_requests_only() {
 fn create_on_named_subresource_matches_resource_names() {
     let r = rule(json!({"verbs": ["create"], "apiGroups": [""],
         "resources": ["serviceaccounts/token"], "resourceNames": ["builder"]}));
-    let tok = |n: &str| res("create", "", "serviceaccounts").named(n).with_subresource("token");
+    let tok = |n: &str| {
+        res("create", "", "serviceaccounts")
+            .named(n)
+            .with_subresource("token")
+    };
     assert!(r.allows(&tok("builder").into()));
     assert!(!r.allows(&tok("other").into()));
 }
 
 #[test]
 fn non_resource_urls() {
-    let r = rule(json!({"verbs": ["get"], "nonResourceURLs": ["/healthz", "/apis/*", "/version/"]}));
-    let nr = |verb: &str, path: &str| Attributes::NonResource(NonResourceAttributes::new(verb, path));
+    let r =
+        rule(json!({"verbs": ["get"], "nonResourceURLs": ["/healthz", "/apis/*", "/version/"]}));
+    let nr =
+        |verb: &str, path: &str| Attributes::NonResource(NonResourceAttributes::new(verb, path));
     assert!(r.allows(&nr("get", "/healthz")));
     assert!(!r.allows(&nr("get", "/healthz/etcd")));
     assert!(r.allows(&nr("get", "/apis/apps/v1")));
@@ -108,7 +120,8 @@ fn rule_json_round_trip_uses_api_field_names() {
     let v = json!({"verbs": ["get"], "nonResourceURLs": ["/x"]});
     let r = rule(v.clone());
     assert_eq!(r.to_json(), v);
-    let v = json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"], "resourceNames": ["a"]});
+    let v =
+        json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"], "resourceNames": ["a"]});
     assert_eq!(rule(v.clone()).to_json(), v);
 }
 
@@ -158,22 +171,36 @@ fn parse_objects_and_reject_malformed() {
     let role = json!({"kind": "Role", "metadata": {"name": "r", "namespace": "ns"},
         "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}]});
     let r = Role::from_json(&role).unwrap();
-    assert_eq!((r.namespace.as_str(), r.name.as_str(), r.rules.len()), ("ns", "r", 1));
+    assert_eq!(
+        (r.namespace.as_str(), r.name.as_str(), r.rules.len()),
+        ("ns", "r", 1)
+    );
     assert_eq!(
         Role::from_json(&json!({"metadata": {"name": "r"}})),
         Err(ParseError::MissingNamespace)
     );
     assert!(matches!(
-        Role::from_json(&json!({"kind": "ClusterRole", "metadata": {"name": "r", "namespace": "n"}})),
+        Role::from_json(
+            &json!({"kind": "ClusterRole", "metadata": {"name": "r", "namespace": "n"}})
+        ),
         Err(ParseError::WrongKind { .. })
     ));
-    assert_eq!(ClusterRole::from_json(&json!({"metadata": {}})), Err(ParseError::MissingName));
+    assert_eq!(
+        ClusterRole::from_json(&json!({"metadata": {}})),
+        Err(ParseError::MissingName)
+    );
 
     let crb = json!({"metadata": {"name": "b"}, "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": "x"}});
-    assert_eq!(ClusterRoleBinding::from_json(&crb), Err(ParseError::BadRoleRef("Role".into())));
+    assert_eq!(
+        ClusterRoleBinding::from_json(&crb),
+        Err(ParseError::BadRoleRef("Role".into()))
+    );
     let rb = json!({"metadata": {"name": "b", "namespace": "n"},
         "roleRef": {"kind": "Thing", "name": "x"}});
-    assert_eq!(RoleBinding::from_json(&rb), Err(ParseError::BadRoleRef("Thing".into())));
+    assert_eq!(
+        RoleBinding::from_json(&rb),
+        Err(ParseError::BadRoleRef("Thing".into()))
+    );
     let rb = json!({"metadata": {"name": "b", "namespace": "n"},
         "roleRef": {"kind": "ClusterRole", "name": "x"}, "subjects": [{"kind": "User"}]});
     assert!(RoleBinding::from_json(&rb).is_err());
@@ -185,7 +212,10 @@ fn parse_objects_and_reject_malformed() {
     assert_eq!(a.labels.get("x").map(String::as_str), Some("y"));
     let bad_agg = json!({"metadata": {"name": "a"},
         "aggregationRule": {"clusterRoleSelectors": [{"matchExpressions": [{"key": "k", "operator": "In"}]}]}});
-    assert!(matches!(ClusterRole::from_json(&bad_agg), Err(ParseError::BadSelector { index: 0, .. })));
+    assert!(matches!(
+        ClusterRole::from_json(&bad_agg),
+        Err(ParseError::BadSelector { index: 0, .. })
+    ));
 }
 
 proptest! {

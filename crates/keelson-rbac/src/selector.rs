@@ -174,11 +174,7 @@ fn parse_requirement(e: &Value) -> Result<Requirement, SelectorError> {
             .map(|v| v.as_str().map(str::to_string))
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| SelectorError::BadExpression("values must be strings".into()))?,
-        Some(_) => {
-            return Err(SelectorError::BadExpression(
-                "values must be a list".into(),
-            ))
-        }
+        Some(_) => return Err(SelectorError::BadExpression("values must be a list".into())),
     };
     match operator {
         Operator::In | Operator::NotIn if values.is_empty() => Err(SelectorError::BadValues {

@@ -63,9 +63,14 @@ impl RbacKind {
 
     /// From an API kind name (`Role`, ...); `None` for other kinds.
     pub fn from_kind(kind: &str) -> Option<Self> {
-        [Self::Role, Self::ClusterRole, Self::RoleBinding, Self::ClusterRoleBinding]
-            .into_iter()
-            .find(|k| k.as_str() == kind)
+        [
+            Self::Role,
+            Self::ClusterRole,
+            Self::RoleBinding,
+            Self::ClusterRoleBinding,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == kind)
     }
 
     /// From a resource name (`roles`, `clusterroles`, `rolebindings`,
@@ -116,7 +121,11 @@ pub struct NonResourceRule {
     /// Verbs.
     pub verbs: Vec<String>,
     /// URLs.
-    #[serde(default, rename = "nonResourceURLs", skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        rename = "nonResourceURLs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub non_resource_urls: Vec<String>,
 }
 
@@ -246,7 +255,11 @@ impl RbacSnapshot {
                 .to_string()
         };
         let (ns, name) = (
-            if kind.is_namespaced() { field("namespace") } else { String::new() },
+            if kind.is_namespaced() {
+                field("namespace")
+            } else {
+                String::new()
+            },
             field("name"),
         );
         let result = match kind {
@@ -269,7 +282,11 @@ impl RbacSnapshot {
         let wkey = (
             kind,
             ns.clone(),
-            if name.is_empty() { "<unnamed>".to_string() } else { name.clone() },
+            if name.is_empty() {
+                "<unnamed>".to_string()
+            } else {
+                name.clone()
+            },
         );
         match result {
             Ok(()) => {
@@ -296,14 +313,22 @@ impl RbacSnapshot {
     /// `namespace` is ignored for cluster-scoped kinds. Returns whether an
     /// object was stored under that key.
     pub fn remove(&mut self, kind: RbacKind, namespace: Option<&str>, name: &str) -> bool {
-        let ns = if kind.is_namespaced() { namespace.unwrap_or("") } else { "" };
-        self.warnings.remove(&(kind, ns.to_string(), name.to_string()));
+        let ns = if kind.is_namespaced() {
+            namespace.unwrap_or("")
+        } else {
+            ""
+        };
+        self.warnings
+            .remove(&(kind, ns.to_string(), name.to_string()));
         self.remove_object(kind, ns, name)
     }
 
     fn remove_object(&mut self, kind: RbacKind, ns: &str, name: &str) -> bool {
         match kind {
-            RbacKind::Role => self.roles.remove(&(ns.to_string(), name.to_string())).is_some(),
+            RbacKind::Role => self
+                .roles
+                .remove(&(ns.to_string(), name.to_string()))
+                .is_some(),
             RbacKind::ClusterRole => self.cluster_roles.remove(name).is_some(),
             RbacKind::RoleBinding => {
                 let Some(m) = self.role_bindings.get_mut(ns) else {
@@ -413,14 +438,15 @@ impl RbacSnapshot {
                 continue;
             };
             let rules: Cow<'_, [PolicyRule]> = match b.role_ref.kind {
-                RoleRefKind::ClusterRole => match self.effective_cluster_role_rules(&b.role_ref.name)
-                {
-                    Some(r) => r,
-                    None => {
-                        errors.push(not_found("clusterrole", &b.role_ref.name));
-                        continue;
+                RoleRefKind::ClusterRole => {
+                    match self.effective_cluster_role_rules(&b.role_ref.name) {
+                        Some(r) => r,
+                        None => {
+                            errors.push(not_found("clusterrole", &b.role_ref.name));
+                            continue;
+                        }
                     }
-                },
+                }
                 RoleRefKind::Role => {
                     match self.roles.get(&(ns.to_string(), b.role_ref.name.clone())) {
                         Some(r) => Cow::Borrowed(&r.rules),
@@ -451,7 +477,10 @@ impl RbacSnapshot {
     pub fn authorize(&self, user: &UserInfo, attrs: &Attributes) -> Decision {
         if user.in_group(SYSTEM_MASTERS) {
             return Decision::Allow {
-                reason: format!("allowed: user is a member of the {} group", go_quote(SYSTEM_MASTERS)),
+                reason: format!(
+                    "allowed: user is a member of the {} group",
+                    go_quote(SYSTEM_MASTERS)
+                ),
             };
         }
         let mut errors = Vec::new();
@@ -534,7 +563,10 @@ impl RbacSnapshot {
 }
 
 fn not_found(resource: &str, name: &str) -> String {
-    format!("{resource}.rbac.authorization.k8s.io {} not found", go_quote(name))
+    format!(
+        "{resource}.rbac.authorization.k8s.io {} not found",
+        go_quote(name)
+    )
 }
 
 /// Kubernetes' aggregate error text: the single message, or the distinct

@@ -25,7 +25,11 @@ fn crb(name: &str, role: &str, subjects: Value) -> Value {
 }
 
 fn pod_reader() -> Value {
-    cluster_role("pod-reader", json!({}), json!([{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}]))
+    cluster_role(
+        "pod-reader",
+        json!({}),
+        json!([{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}]),
+    )
 }
 
 fn get_pods(ns: Option<&str>) -> Attributes {
@@ -39,7 +43,9 @@ fn empty_snapshot_denies_with_empty_reason() {
     let s = RbacSnapshot::new();
     assert_eq!(
         s.authorize(&UserInfo::new("alice"), &get_pods(Some("default"))),
-        Decision::Deny { reason: String::new() }
+        Decision::Deny {
+            reason: String::new()
+        }
     );
 }
 
@@ -47,8 +53,12 @@ fn empty_snapshot_denies_with_empty_reason() {
 fn system_masters_always_allowed() {
     let s = RbacSnapshot::new();
     let root = UserInfo::new("root").with_groups(["system:masters"]);
-    assert!(s.authorize(&root, &Attributes::resource("delete", "", "nodes")).is_allowed());
-    assert!(s.authorize(&root, &Attributes::non_resource("post", "/anything")).is_allowed());
+    assert!(s
+        .authorize(&root, &Attributes::resource("delete", "", "nodes"))
+        .is_allowed());
+    assert!(s
+        .authorize(&root, &Attributes::non_resource("post", "/anything"))
+        .is_allowed());
     let (res, non) = s.rules_for(&root, Some("default"));
     assert_eq!(res[0].verbs, vec!["*"]);
     assert_eq!(non[0].non_resource_urls, vec!["*"]);
@@ -59,7 +69,13 @@ fn role_binding_to_cluster_role_is_namespace_scoped() {
     let s = RbacSnapshot::from_objects(
         &[],
         &[pod_reader()],
-        &[rb("team-a", "readers", "ClusterRole", "pod-reader", json!([{"kind": "User", "name": "alice"}]))],
+        &[rb(
+            "team-a",
+            "readers",
+            "ClusterRole",
+            "pod-reader",
+            json!([{"kind": "User", "name": "alice"}]),
+        )],
         &[],
     );
     let alice = UserInfo::new("alice");
@@ -73,7 +89,9 @@ fn role_binding_to_cluster_role_is_namespace_scoped() {
     assert!(!s.authorize(&alice, &get_pods(Some("team-b"))).is_allowed());
     // All-namespaces list is cluster scope: a RoleBinding never grants it.
     assert!(!s.authorize(&alice, &get_pods(None)).is_allowed());
-    assert!(!s.authorize(&UserInfo::new("bob"), &get_pods(Some("team-a"))).is_allowed());
+    assert!(!s
+        .authorize(&UserInfo::new("bob"), &get_pods(Some("team-a")))
+        .is_allowed());
 }
 
 #[test]
@@ -82,7 +100,11 @@ fn cluster_role_binding_grants_everywhere() {
         &[],
         &[pod_reader()],
         &[],
-        &[crb("readers", "pod-reader", json!([{"kind": "Group", "name": "devs", "apiGroup": "rbac.authorization.k8s.io"}]))],
+        &[crb(
+            "readers",
+            "pod-reader",
+            json!([{"kind": "Group", "name": "devs", "apiGroup": "rbac.authorization.k8s.io"}]),
+        )],
     );
     let dev = UserInfo::new("carol").with_groups(["devs"]);
     for ns in [Some("a"), Some("b"), None] {
@@ -92,27 +114,51 @@ fn cluster_role_binding_grants_everywhere() {
             r#"RBAC: allowed by ClusterRoleBinding "readers" of ClusterRole "pod-reader" to Group "devs""#
         );
     }
-    assert!(!s.authorize(&dev, &Attributes::resource("delete", "", "pods")).is_allowed());
+    assert!(!s
+        .authorize(&dev, &Attributes::resource("delete", "", "pods"))
+        .is_allowed());
 }
 
 #[test]
 fn namespaced_role_only_in_its_namespace() {
     let s = RbacSnapshot::from_objects(
-        &[role("a", "r", json!([{"verbs": ["*"], "apiGroups": [""], "resources": ["configmaps"]}]))],
+        &[role(
+            "a",
+            "r",
+            json!([{"verbs": ["*"], "apiGroups": [""], "resources": ["configmaps"]}]),
+        )],
         &[],
         &[
-            rb("a", "b", "Role", "r", json!([{"kind": "User", "name": "u"}])),
+            rb(
+                "a",
+                "b",
+                "Role",
+                "r",
+                json!([{"kind": "User", "name": "u"}]),
+            ),
             // Same role name referenced from another namespace: no Role "r" there.
-            rb("b", "b", "Role", "r", json!([{"kind": "User", "name": "u"}])),
+            rb(
+                "b",
+                "b",
+                "Role",
+                "r",
+                json!([{"kind": "User", "name": "u"}]),
+            ),
         ],
         &[],
     );
     let u = UserInfo::new("u");
-    let cm = |ns: &str| -> Attributes { ResourceAttributes::new("create", "", "configmaps").in_namespace(ns).into() };
+    let cm = |ns: &str| -> Attributes {
+        ResourceAttributes::new("create", "", "configmaps")
+            .in_namespace(ns)
+            .into()
+    };
     assert!(s.authorize(&u, &cm("a")).is_allowed());
     assert_eq!(
         s.authorize(&u, &cm("b")),
-        Decision::Deny { reason: r#"RBAC: role.rbac.authorization.k8s.io "r" not found"#.into() }
+        Decision::Deny {
+            reason: r#"RBAC: role.rbac.authorization.k8s.io "r" not found"#.into()
+        }
     );
 }
 
@@ -122,13 +168,33 @@ fn service_account_subjects() {
         &[],
         &[pod_reader()],
         &[
-            rb("ci", "local", "ClusterRole", "pod-reader", json!([{"kind": "ServiceAccount", "name": "builder"}])),
-            rb("prod", "cross", "ClusterRole", "pod-reader",
-               json!([{"kind": "ServiceAccount", "name": "builder", "namespace": "ci"}])),
-            rb("qa", "group", "ClusterRole", "pod-reader",
-               json!([{"kind": "Group", "name": "system:serviceaccounts:ci"}])),
+            rb(
+                "ci",
+                "local",
+                "ClusterRole",
+                "pod-reader",
+                json!([{"kind": "ServiceAccount", "name": "builder"}]),
+            ),
+            rb(
+                "prod",
+                "cross",
+                "ClusterRole",
+                "pod-reader",
+                json!([{"kind": "ServiceAccount", "name": "builder", "namespace": "ci"}]),
+            ),
+            rb(
+                "qa",
+                "group",
+                "ClusterRole",
+                "pod-reader",
+                json!([{"kind": "Group", "name": "system:serviceaccounts:ci"}]),
+            ),
         ],
-        &[crb("no-ns", "pod-reader", json!([{"kind": "ServiceAccount", "name": "builder"}]))],
+        &[crb(
+            "no-ns",
+            "pod-reader",
+            json!([{"kind": "ServiceAccount", "name": "builder"}]),
+        )],
     );
     let sa = UserInfo::service_account("ci", "builder");
     assert_eq!(
@@ -152,20 +218,48 @@ fn aggregation_adds_labeled_roles_at_evaluation_time() {
         "rules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}]});
     let mut s = RbacSnapshot::from_objects(
         &[],
-        &[view, cluster_role("src", json!({"agg": "view"}), json!([{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}]))],
-        &[rb("d", "v", "ClusterRole", "view", json!([{"kind": "User", "name": "u"}]))],
+        &[
+            view,
+            cluster_role(
+                "src",
+                json!({"agg": "view"}),
+                json!([{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}]),
+            ),
+        ],
+        &[rb(
+            "d",
+            "v",
+            "ClusterRole",
+            "view",
+            json!([{"kind": "User", "name": "u"}]),
+        )],
         &[],
     );
     let u = UserInfo::new("u");
     let get = |res: &str, grp: &str| -> Attributes {
-        ResourceAttributes::new("get", grp, res).in_namespace("d").named("x").into()
+        ResourceAttributes::new("get", grp, res)
+            .in_namespace("d")
+            .named("x")
+            .into()
     };
     assert!(s.authorize(&u, &get("pods", "")).is_allowed());
     assert!(!s.authorize(&u, &get("widgets", "example.com")).is_allowed());
-    assert!(!s.authorize(&u, &Attributes::from(ResourceAttributes::new("delete", "", "pods").in_namespace("d").named("x"))).is_allowed());
+    assert!(!s
+        .authorize(
+            &u,
+            &Attributes::from(
+                ResourceAttributes::new("delete", "", "pods")
+                    .in_namespace("d")
+                    .named("x")
+            )
+        )
+        .is_allowed());
 
-    let widgets = cluster_role("widget-viewer", json!({"agg": "view"}),
-        json!([{"verbs": ["get"], "apiGroups": ["example.com"], "resources": ["widgets"]}]));
+    let widgets = cluster_role(
+        "widget-viewer",
+        json!({"agg": "view"}),
+        json!([{"verbs": ["get"], "apiGroups": ["example.com"], "resources": ["widgets"]}]),
+    );
     s.upsert(RbacKind::ClusterRole, &widgets).unwrap();
     assert!(s.authorize(&u, &get("widgets", "example.com")).is_allowed());
     assert!(s.remove(RbacKind::ClusterRole, None, "widget-viewer"));
@@ -186,8 +280,11 @@ fn aggregation_is_transitive_deduplicated_and_cycle_safe() {
             agg("mid", json!({"to-top": "true"}), "to-mid"),
             cluster_role("leaf1", json!({"to-mid": "true"}), r.clone()),
             cluster_role("leaf2", json!({"to-top": "true"}), r.clone()),
-            cluster_role("leaf3", json!({"to-mid": "true"}),
-                json!([{"verbs": ["list"], "apiGroups": [""], "resources": ["pods"]}])),
+            cluster_role(
+                "leaf3",
+                json!({"to-mid": "true"}),
+                json!([{"verbs": ["list"], "apiGroups": [""], "resources": ["pods"]}]),
+            ),
         ],
         &[],
         &[],
@@ -206,24 +303,63 @@ fn match_expressions_in_aggregation() {
             {"key": "tier", "operator": "In", "values": ["x", "y"]},
             {"key": "legacy", "operator": "DoesNotExist"}]}]}});
     let r = |verb: &str| json!([{"verbs": [verb], "apiGroups": [""], "resources": ["pods"]}]);
-    let s = RbacSnapshot::from_objects(&[], &[
-        agg,
-        cluster_role("x", json!({"tier": "x"}), r("get")),
-        cluster_role("y", json!({"tier": "y", "legacy": "1"}), r("list")),
-        cluster_role("z", json!({"tier": "z"}), r("watch")),
-    ], &[], &[]);
-    let verbs: Vec<String> = s.effective_cluster_role_rules("a").unwrap().iter().flat_map(|r| r.verbs.clone()).collect();
+    let s = RbacSnapshot::from_objects(
+        &[],
+        &[
+            agg,
+            cluster_role("x", json!({"tier": "x"}), r("get")),
+            cluster_role("y", json!({"tier": "y", "legacy": "1"}), r("list")),
+            cluster_role("z", json!({"tier": "z"}), r("watch")),
+        ],
+        &[],
+        &[],
+    );
+    let verbs: Vec<String> = s
+        .effective_cluster_role_rules("a")
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.verbs.clone())
+        .collect();
     assert_eq!(verbs, vec!["get"]);
 }
 
 #[test]
 fn missing_cluster_role_is_reported_in_reason() {
-    let s = RbacSnapshot::from_objects(&[], &[], &[
-        rb("d", "b1", "ClusterRole", "gone", json!([{"kind": "User", "name": "u"}])),
-        rb("d", "b2", "ClusterRole", "gone", json!([{"kind": "User", "name": "u"}])),
-        rb("d", "b3", "Role", "gone", json!([{"kind": "User", "name": "u"}])),
-        rb("d", "b4", "Role", "gone", json!([{"kind": "User", "name": "someone-else"}])),
-    ], &[]);
+    let s = RbacSnapshot::from_objects(
+        &[],
+        &[],
+        &[
+            rb(
+                "d",
+                "b1",
+                "ClusterRole",
+                "gone",
+                json!([{"kind": "User", "name": "u"}]),
+            ),
+            rb(
+                "d",
+                "b2",
+                "ClusterRole",
+                "gone",
+                json!([{"kind": "User", "name": "u"}]),
+            ),
+            rb(
+                "d",
+                "b3",
+                "Role",
+                "gone",
+                json!([{"kind": "User", "name": "u"}]),
+            ),
+            rb(
+                "d",
+                "b4",
+                "Role",
+                "gone",
+                json!([{"kind": "User", "name": "someone-else"}]),
+            ),
+        ],
+        &[],
+    );
     assert_eq!(
         s.authorize(&UserInfo::new("u"), &get_pods(Some("d"))),
         Decision::Deny {
@@ -234,14 +370,21 @@ fn missing_cluster_role_is_reported_in_reason() {
     assert!(review.incomplete);
     assert!(review.evaluation_error.unwrap().contains("not found"));
     // Unrelated users see no errors.
-    assert_eq!(s.authorize(&UserInfo::new("v"), &get_pods(Some("d"))).reason(), "");
+    assert_eq!(
+        s.authorize(&UserInfo::new("v"), &get_pods(Some("d")))
+            .reason(),
+        ""
+    );
 }
 
 #[test]
 fn malformed_objects_are_skipped_with_warnings() {
     let mut s = RbacSnapshot::from_objects(
         &[json!({"kind": "Role", "metadata": {"name": "no-ns"}})],
-        &[pod_reader(), json!({"metadata": {"name": "bad"}, "rules": "nope"})],
+        &[
+            pod_reader(),
+            json!({"metadata": {"name": "bad"}, "rules": "nope"}),
+        ],
         &[],
         &[json!({"metadata": {"name": "b"}, "roleRef": {"kind": "ClusterRole"}})],
     );
@@ -249,9 +392,17 @@ fn malformed_objects_are_skipped_with_warnings() {
     assert_eq!(s.count(RbacKind::Role), 0);
     let w = s.warnings();
     assert_eq!(w.len(), 3, "{w:?}");
-    assert!(w.iter().any(|w| w.starts_with("ignored ClusterRole bad: field rules")), "{w:?}");
+    assert!(
+        w.iter()
+            .any(|w| w.starts_with("ignored ClusterRole bad: field rules")),
+        "{w:?}"
+    );
     // Fixing an object clears its warning.
-    s.upsert(RbacKind::ClusterRole, &cluster_role("bad", json!({}), json!([]))).unwrap();
+    s.upsert(
+        RbacKind::ClusterRole,
+        &cluster_role("bad", json!({}), json!([])),
+    )
+    .unwrap();
     assert_eq!(s.warnings().len(), 2);
     // Removing a never-stored object clears its warning too.
     assert!(!s.remove(RbacKind::ClusterRoleBinding, None, "b"));
@@ -260,13 +411,22 @@ fn malformed_objects_are_skipped_with_warnings() {
 
 #[test]
 fn malformed_update_removes_previous_grant() {
-    let binding = rb("d", "b", "ClusterRole", "pod-reader", json!([{"kind": "User", "name": "u"}]));
+    let binding = rb(
+        "d",
+        "b",
+        "ClusterRole",
+        "pod-reader",
+        json!([{"kind": "User", "name": "u"}]),
+    );
     let mut s = RbacSnapshot::from_objects(&[], &[pod_reader()], &[binding], &[]);
     let u = UserInfo::new("u");
     assert!(s.authorize(&u, &get_pods(Some("d"))).is_allowed());
-    let broken = json!({"kind": "RoleBinding", "metadata": {"name": "b", "namespace": "d"}, "roleRef": 7});
+    let broken =
+        json!({"kind": "RoleBinding", "metadata": {"name": "b", "namespace": "d"}, "roleRef": 7});
     let err = s.upsert(RbacKind::RoleBinding, &broken).unwrap_err();
-    assert!(matches!(err, SnapshotError::Malformed { kind: RbacKind::RoleBinding, ref key, .. } if key == "d/b"));
+    assert!(
+        matches!(err, SnapshotError::Malformed { kind: RbacKind::RoleBinding, ref key, .. } if key == "d/b")
+    );
     assert!(!s.authorize(&u, &get_pods(Some("d"))).is_allowed());
     assert_eq!(s.count(RbacKind::RoleBinding), 0);
     // Wrong kind for the slot is malformed too.
@@ -278,9 +438,29 @@ fn upsert_replaces_and_remove_deletes() {
     let mut s = RbacSnapshot::new();
     let u = UserInfo::new("u");
     s.upsert(RbacKind::ClusterRole, &pod_reader()).unwrap();
-    s.upsert(RbacKind::RoleBinding, &rb("d", "b", "ClusterRole", "pod-reader", json!([{"kind": "User", "name": "u"}]))).unwrap();
+    s.upsert(
+        RbacKind::RoleBinding,
+        &rb(
+            "d",
+            "b",
+            "ClusterRole",
+            "pod-reader",
+            json!([{"kind": "User", "name": "u"}]),
+        ),
+    )
+    .unwrap();
     assert!(s.authorize(&u, &get_pods(Some("d"))).is_allowed());
-    s.upsert(RbacKind::RoleBinding, &rb("d", "b", "ClusterRole", "pod-reader", json!([{"kind": "User", "name": "w"}]))).unwrap();
+    s.upsert(
+        RbacKind::RoleBinding,
+        &rb(
+            "d",
+            "b",
+            "ClusterRole",
+            "pod-reader",
+            json!([{"kind": "User", "name": "w"}]),
+        ),
+    )
+    .unwrap();
     assert!(!s.authorize(&u, &get_pods(Some("d"))).is_allowed());
     assert!(s.remove(RbacKind::RoleBinding, Some("d"), "b"));
     assert!(!s.remove(RbacKind::RoleBinding, Some("d"), "b"));
@@ -296,23 +476,57 @@ fn typed_objects_dispatch_on_kind() {
     ]);
     assert_eq!(s.count(RbacKind::ClusterRole), 1);
     assert_eq!(s.count(RbacKind::ClusterRoleBinding), 1);
-    assert_eq!(s.warnings(), vec![r#"ignored object of unsupported kind "ConfigMap""#.to_string()]);
-    assert_eq!(RbacKind::from_resource("rolebindings"), Some(RbacKind::RoleBinding));
-    assert_eq!(RbacKind::from_kind("ClusterRoleBinding"), Some(RbacKind::ClusterRoleBinding));
+    assert_eq!(
+        s.warnings(),
+        vec![r#"ignored object of unsupported kind "ConfigMap""#.to_string()]
+    );
+    assert_eq!(
+        RbacKind::from_resource("rolebindings"),
+        Some(RbacKind::RoleBinding)
+    );
+    assert_eq!(
+        RbacKind::from_kind("ClusterRoleBinding"),
+        Some(RbacKind::ClusterRoleBinding)
+    );
 }
 
 #[test]
 fn rules_for_lists_cluster_and_namespace_rules() {
     let s = RbacSnapshot::from_objects(
-        &[role("d", "cm", json!([{"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["app"]}]))],
-        &[cluster_role("disc", json!({}), json!([{"verbs": ["get"], "nonResourceURLs": ["/healthz"]}])), pod_reader()],
-        &[rb("d", "b", "Role", "cm", json!([{"kind": "User", "name": "u"}]))],
-        &[crb("disc", "disc", json!([{"kind": "User", "name": "u"}])),
-          crb("pods", "pod-reader", json!([{"kind": "User", "name": "u"}]))],
+        &[role(
+            "d",
+            "cm",
+            json!([{"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["app"]}]),
+        )],
+        &[
+            cluster_role(
+                "disc",
+                json!({}),
+                json!([{"verbs": ["get"], "nonResourceURLs": ["/healthz"]}]),
+            ),
+            pod_reader(),
+        ],
+        &[rb(
+            "d",
+            "b",
+            "Role",
+            "cm",
+            json!([{"kind": "User", "name": "u"}]),
+        )],
+        &[
+            crb("disc", "disc", json!([{"kind": "User", "name": "u"}])),
+            crb("pods", "pod-reader", json!([{"kind": "User", "name": "u"}])),
+        ],
     );
     let u = UserInfo::new("u");
     let (res, non) = s.rules_for(&u, Some("d"));
-    assert_eq!(non, vec![NonResourceRule { verbs: vec!["get".into()], non_resource_urls: vec!["/healthz".into()] }]);
+    assert_eq!(
+        non,
+        vec![NonResourceRule {
+            verbs: vec!["get".into()],
+            non_resource_urls: vec!["/healthz".into()]
+        }]
+    );
     assert_eq!(res.len(), 2);
     assert_eq!(res[0].resources, vec!["pods"]);
     assert_eq!(res[1].resource_names, vec!["app"]);
@@ -325,13 +539,16 @@ fn rules_for_lists_cluster_and_namespace_rules() {
         json!({"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]})
     );
     assert_eq!(
-        serde_json::to_value(&non_rule()).unwrap(),
+        serde_json::to_value(non_rule()).unwrap(),
         json!({"verbs": ["get"], "nonResourceURLs": ["/x"]})
     );
 }
 
 fn non_rule() -> NonResourceRule {
-    NonResourceRule { verbs: vec!["get".into()], non_resource_urls: vec!["/x".into()] }
+    NonResourceRule {
+        verbs: vec!["get".into()],
+        non_resource_urls: vec!["/x".into()],
+    }
 }
 
 proptest! {

@@ -315,9 +315,18 @@ mod tests {
             parse_service_account_username("system:serviceaccount:a:b"),
             Some(("a", "b"))
         );
-        assert_eq!(parse_service_account_username("system:serviceaccount:a:"), None);
-        assert_eq!(parse_service_account_username("system:serviceaccount::b"), None);
-        assert_eq!(parse_service_account_username("system:serviceaccount:a:b:c"), None);
+        assert_eq!(
+            parse_service_account_username("system:serviceaccount:a:"),
+            None
+        );
+        assert_eq!(
+            parse_service_account_username("system:serviceaccount::b"),
+            None
+        );
+        assert_eq!(
+            parse_service_account_username("system:serviceaccount:a:b:c"),
+            None
+        );
         assert_eq!(parse_service_account_username("alice"), None);
     }
 

@@ -48,10 +48,20 @@ pub(crate) async fn check(state: &Arc<ApiState>, user: &UserInfo, rr: &ResourceR
         },
         _ => None,
     };
-    // A mirror pod's owner is the node's own Node object.
     let current_for_check = if rr.def.kind == "Pod" && parts.method == Method::POST && rr.subresource.is_none() {
+        // A mirror pod's owner is the node's own Node object.
         let nodes = crate::catalog::lookup("", "v1", "nodes").expect("served");
         state.registry.get(nodes, None, &node).await.ok().map(|s| s.obj)
+    } else if rr.subresource == Some(crate::catalog::Subresource::Token) {
+        // A node may only get tokens bound to a pod on itself: the pod is what is judged.
+        let bound = new.as_ref().and_then(|n| n.pointer("/spec/boundObjectRef")).filter(|b| b.get("kind").and_then(Value::as_str) == Some("Pod"));
+        match bound.and_then(|b| b.get("name")).and_then(Value::as_str) {
+            Some(pod) => {
+                let pods = crate::catalog::lookup("", "v1", "pods").expect("served");
+                state.registry.get(pods, rr.namespace.as_deref(), pod).await.ok().map(|s| s.obj)
+            }
+            None => None,
+        }
     } else {
         current
     };

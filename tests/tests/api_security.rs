@@ -1,0 +1,261 @@
+//! Authentication and authorization through the API: 401 without credentials, RBAC
+//! grants and denials (Role, ClusterRole, the aggregated default roles), ServiceAccount
+//! tokens, impersonation, access reviews and node restriction.
+
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use keelson_tests::api::ApiCluster;
+use keelson_tests::ClusterOptions;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+fn obj<T: DeserializeOwned>(v: serde_json::Value) -> T {
+    serde_json::from_value(v).unwrap()
+}
+
+fn code<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> u16 {
+    match r {
+        Ok(_) => 200,
+        Err(kube::Error::Api(s)) => s.code,
+        Err(e) => panic!("not an API error: {e}"),
+    }
+}
+
+fn message<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> String {
+    match r {
+        Err(kube::Error::Api(s)) => s.message,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+async fn cluster() -> ApiCluster {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let tokens = dir.join("tokens.csv");
+    std::fs::write(&tokens, "alice-token,alice,1001\nbob-token,bob,1002,\"qa\"\ncarol-token,carol,1003\n").unwrap();
+    let c = ApiCluster::start_with_tokens(3, ClusterOptions::default(), Some(tokens)).await.unwrap();
+    // Wait for the built-in namespaces and default roles.
+    let admin = c.kube_client(0).await.unwrap();
+    let roles: Api<ClusterRole> = Api::all(admin);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while roles.get("view").await.is_err() || roles.get("system:node").await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "default roles never appeared");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_without_valid_credentials_get_401() {
+    let c = cluster().await;
+    // No client certificate, no token.
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile_certs(c.ca_pem()) {
+        roots.add(cert).unwrap();
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let (status, body) = raw_get(cfg, &c.api_addr(0).to_string(), "/api/v1/namespaces/default/pods", None).await;
+    assert_eq!(status, 401, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((v["kind"].as_str(), v["reason"].as_str()), (Some("Status"), Some("Unauthorized")));
+    let cfg2 = client_cfg(c.ca_pem());
+    assert_eq!(raw_get(cfg2.clone(), &c.api_addr(1).to_string(), "/api/v1/pods", Some("not-a-token")).await.0, 401);
+    assert_eq!(raw_get(cfg2.clone(), &c.api_addr(1).to_string(), "/api/v1/pods", Some("alice-token")).await.0, 403, "a known token authenticates");
+    assert_eq!(raw_get(cfg2, &c.api_addr(2).to_string(), "/livez", None).await.0, 200, "health needs no credentials");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rbac_grants_and_denials() {
+    let c = cluster().await;
+    let admin = c.kube_client(0).await.unwrap();
+    let alice = c.kube_client_with_token(1, "alice-token").await.unwrap();
+    let bob = c.kube_client_with_token(2, "bob-token").await.unwrap();
+    let carol = c.kube_client_with_token(1, "carol-token").await.unwrap();
+    let pp = PostParams::default();
+
+    // Nothing is granted yet: exact Kubernetes 403 text.
+    let alice_pods: Api<Pod> = Api::namespaced(alice.clone(), "default");
+    assert_eq!(
+        message(alice_pods.list(&ListParams::default()).await),
+        "pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""
+    );
+
+    // A Role + RoleBinding: alice may read pods in default only.
+    Api::<Role>::namespaced(admin.clone(), "default")
+        .create(&pp, &obj(json!({"metadata": {"name": "pod-reader"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]})))
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), "default")
+        .create(&pp, &obj(json!({"metadata": {"name": "alice-reads-pods"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"}, "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}]})))
+        .await
+        .unwrap();
+    // The grant is visible at once, through another replica than the one that wrote it.
+    assert_eq!(code(alice_pods.list(&ListParams::default()).await), 200);
+    assert_eq!(code(Api::<Pod>::namespaced(alice.clone(), "kube-system").list(&ListParams::default()).await), 403);
+    let pod: Pod = obj(json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}));
+    assert_eq!(code(alice_pods.create(&pp, &pod).await), 403);
+    assert_eq!(code(Api::<Secret>::namespaced(alice.clone(), "default").list(&ListParams::default()).await), 403);
+
+    // A ClusterRole + ClusterRoleBinding to a group: bob (group qa) may list nodes.
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&pp, &obj(json!({"metadata": {"name": "node-lister"}, "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]})))
+        .await
+        .unwrap();
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&pp, &obj(json!({"metadata": {"name": "qa-lists-nodes"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "node-lister"}, "subjects": [{"kind": "Group", "name": "qa", "apiGroup": "rbac.authorization.k8s.io"}]})))
+        .await
+        .unwrap();
+    let bob_nodes: Api<Node> = Api::all(bob.clone());
+    assert_eq!(code(bob_nodes.list(&ListParams::default()).await), 200);
+    assert_eq!(
+        message(bob_nodes.delete("x", &Default::default()).await),
+        "nodes \"x\" is forbidden: User \"bob\" cannot delete resource \"nodes\" in API group \"\" at the cluster scope"
+    );
+
+    // The aggregated default roles: view (no secrets), then aggregation adds to it.
+    Api::<RoleBinding>::namespaced(admin.clone(), "default")
+        .create(&pp, &obj(json!({"metadata": {"name": "carol-view"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}, "subjects": [{"kind": "User", "name": "carol"}]})))
+        .await
+        .unwrap();
+    let carol_cms: Api<ConfigMap> = Api::namespaced(carol.clone(), "default");
+    assert_eq!(code(carol_cms.list(&ListParams::default()).await), 200, "view reads configmaps");
+    assert_eq!(code(carol_cms.create(&pp, &obj(json!({"metadata": {"name": "x"}}))).await), 403, "view does not write");
+    let carol_secrets: Api<Secret> = Api::namespaced(carol.clone(), "default");
+    assert_eq!(code(carol_secrets.list(&ListParams::default()).await), 403, "view does not read secrets");
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&pp, &obj(json!({"metadata": {"name": "secrets-viewer", "labels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}}, "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]})))
+        .await
+        .unwrap();
+    assert_eq!(code(carol_secrets.list(&ListParams::default()).await), 200, "aggregated into view");
+    // edit writes workloads but not RBAC.
+    Api::<RoleBinding>::namespaced(admin.clone(), "default")
+        .create(&pp, &obj(json!({"metadata": {"name": "carol-edit"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"}, "subjects": [{"kind": "User", "name": "carol"}]})))
+        .await
+        .unwrap();
+    assert_eq!(code(carol_cms.create(&pp, &obj(json!({"metadata": {"name": "x"}}))).await), 200);
+    assert_eq!(code(Api::<RoleBinding>::namespaced(carol.clone(), "default").create(&pp, &obj(json!({"metadata": {"name": "escalate"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"}, "subjects": [{"kind": "User", "name": "carol"}]}))).await), 403);
+
+    // SelfSubjectAccessReview (kubectl auth can-i).
+    let ssar: Api<SelfSubjectAccessReview> = Api::all(alice.clone());
+    let ask = |verb: &str, resource: &str| obj::<SelfSubjectAccessReview>(json!({"spec": {"resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource}}}));
+    assert_eq!(ssar.create(&pp, &ask("list", "pods")).await.unwrap().status.unwrap().allowed, true);
+    assert_eq!(ssar.create(&pp, &ask("delete", "pods")).await.unwrap().status.unwrap().allowed, false);
+
+    // Impersonation: the admin may act as alice; alice may not act as bob.
+    let mut as_alice = kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::from_yaml(&c.kubeconfig(&format!("https://{}", c.api_addr(0)))).unwrap(), &Default::default()).await.unwrap();
+    as_alice.auth_info.impersonate = Some("alice".into());
+    let as_alice = kube::Client::try_from(as_alice).unwrap();
+    assert_eq!(code(Api::<Pod>::namespaced(as_alice.clone(), "default").list(&ListParams::default()).await), 200);
+    assert_eq!(code(Api::<Secret>::namespaced(as_alice, "default").list(&ListParams::default()).await), 403);
+    let mut alice_as_bob = kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::from_yaml(&c.kubeconfig(&format!("https://{}", c.api_addr(0)))).unwrap(), &Default::default()).await.unwrap();
+    alice_as_bob.auth_info.client_certificate_data = None;
+    alice_as_bob.auth_info.client_key_data = None;
+    alice_as_bob.auth_info.token = Some("alice-token".to_string().into());
+    alice_as_bob.auth_info.impersonate = Some("bob".into());
+    let alice_as_bob = kube::Client::try_from(alice_as_bob).unwrap();
+    let m = message(Api::<Node>::all(alice_as_bob).list(&ListParams::default()).await);
+    assert!(m.contains("cannot impersonate resource \"users\""), "{m}");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn service_account_tokens() {
+    let c = cluster().await;
+    let admin = c.kube_client(0).await.unwrap();
+    let pp = PostParams::default();
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "default");
+    sas.create(&pp, &obj(json!({"metadata": {"name": "build"}}))).await.unwrap();
+    let tr = sas.create_token_request("build", &pp, &obj(json!({"spec": {"expirationSeconds": 3600}}))).await.unwrap();
+    let token = tr.status.unwrap().token;
+    let sa_client = c.kube_client_with_token(2, &token).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(sa_client.clone(), "default");
+    assert_eq!(
+        message(pods.list(&ListParams::default()).await),
+        "pods is forbidden: User \"system:serviceaccount:default:build\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""
+    );
+    Api::<RoleBinding>::namespaced(admin.clone(), "default")
+        .create(&pp, &obj(json!({"metadata": {"name": "build-view"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}, "subjects": [{"kind": "ServiceAccount", "name": "build", "namespace": "default"}]})))
+        .await
+        .unwrap();
+    assert_eq!(code(pods.list(&ListParams::default()).await), 200);
+    // A token signed by the cluster but altered is rejected; so is the token of a
+    // deleted ServiceAccount.
+    let mut forged = token.clone();
+    forged.pop();
+    forged.push(if token.ends_with('A') { 'B' } else { 'A' });
+    assert_eq!(code(Api::<Pod>::namespaced(c.kube_client_with_token(1, &forged).await.unwrap(), "default").list(&ListParams::default()).await), 401);
+    sas.delete("build", &Default::default()).await.unwrap();
+    assert_eq!(code(pods.list(&ListParams::default()).await), 401);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_may_only_touch_its_own_objects() {
+    let c = cluster().await;
+    let admin = c.kube_client(0).await.unwrap();
+    let pp = PostParams::default();
+    let n1 = c.kube_client_as(1, "system:node:n1", Some("system:nodes")).await.unwrap();
+    let nodes: Api<Node> = Api::all(n1.clone());
+    assert_eq!(code(nodes.create(&pp, &obj(json!({"metadata": {"name": "n1"}}))).await), 200);
+    let m = message(nodes.create(&pp, &obj(json!({"metadata": {"name": "n2"}}))).await);
+    assert!(m.contains("n2"), "{m}");
+    Api::<Node>::all(admin.clone()).create(&pp, &obj(json!({"metadata": {"name": "n2"}}))).await.unwrap();
+    let status = Patch::Merge(json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}));
+    assert_eq!(code(nodes.patch_status("n1", &PatchParams::default(), &status).await), 200);
+    assert_eq!(code(nodes.patch_status("n2", &PatchParams::default(), &status).await), 403);
+    // Pods: status of pods bound to itself only.
+    let admin_pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    for (name, node) in [("on-n1", "n1"), ("on-n2", "n2")] {
+        admin_pods.create(&pp, &obj(json!({"metadata": {"name": name}, "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}}))).await.unwrap();
+    }
+    let pods: Api<Pod> = Api::namespaced(n1.clone(), "default");
+    let running = Patch::Merge(json!({"status": {"phase": "Running"}}));
+    assert_eq!(code(pods.patch_status("on-n1", &PatchParams::default(), &running).await), 200);
+    assert_eq!(code(pods.patch_status("on-n2", &PatchParams::default(), &running).await), 403);
+    // Leases: only its own heartbeat lease.
+    let leases: Api<Lease> = Api::namespaced(n1.clone(), "kube-node-lease");
+    assert_eq!(code(leases.create(&pp, &obj(json!({"metadata": {"name": "n1"}, "spec": {"holderIdentity": "n1"}}))).await), 200);
+    assert_eq!(code(leases.create(&pp, &obj(json!({"metadata": {"name": "n2"}, "spec": {"holderIdentity": "n2"}}))).await), 403);
+    c.shutdown().await;
+}
+
+fn rustls_pemfile_certs(pem: &str) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+    rustls_pemfile::certs(&mut pem.as_bytes()).map(|c| c.unwrap()).collect()
+}
+
+fn client_cfg(ca: &str) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile_certs(ca) {
+        roots.add(cert).unwrap();
+    }
+    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}
+
+/// One HTTPS/1.1 GET; returns (status, body).
+async fn raw_get(cfg: rustls::ClientConfig, addr: &str, path: &str, bearer: Option<&str>) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg)).connect(name, tcp).await.unwrap();
+    let auth = bearer.map(|b| format!("Authorization: Bearer {b}\r\n")).unwrap_or_default();
+    tls.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tls.read_to_end(&mut out).await;
+    let text = String::from_utf8_lossy(&out).to_string();
+    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, body)
+}
