@@ -1,0 +1,138 @@
+//! Joining with a token, real processes: a wrong token, a token for another CA and an
+//! expired token are refused; a valid one makes the server a member.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use keelson_client::StoreClient;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Server {
+    child: Child,
+    store: String,
+    api: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(dir: &Path, name: &str, args: &[&str]) -> Server {
+    let store = format!("127.0.0.1:{}", free_port());
+    let api = format!("127.0.0.1:{}", free_port());
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_keelson"))
+        .args(["server", "--name", name, "--listen", &store, "--api-listen", &api])
+        .arg("--data-dir")
+        .arg(dir.join(name))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap();
+    Server { child, store, api }
+}
+
+/// Runs a joining server that must fail; returns its log.
+fn join_refused(dir: &Path, name: &str, url: &str, token: &str) -> String {
+    let mut s = spawn(dir, name, &["--join", url, "--token", token]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = s.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(std::time::Instant::now() < deadline, "{name} with a bad token did not give up");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!status.success(), "{name} must fail");
+    std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap()
+}
+
+async fn wait_for(path: &Path) -> String {
+    for _ in 0..300 {
+        if let Ok(t) = std::fs::read_to_string(path) {
+            if !t.trim().is_empty() {
+                return t.trim().to_string();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{} never appeared", path.display());
+}
+
+async fn admin_client(pki: &Path) -> kube::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kc = kube::config::Kubeconfig::read_from(pki.join("admin.kubeconfig")).unwrap();
+    kube::Client::try_from(kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_with_tokens() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir: PathBuf = tmp.path().to_path_buf();
+    let first = spawn(&dir, "s1", &["--cluster-init"]);
+    let pki = dir.join("s1").join("pki");
+    let token = wait_for(&pki.join("server-token")).await;
+    // The admin kubeconfig written by --cluster-init points at the API port.
+    let kc = std::fs::read_to_string(pki.join("admin.kubeconfig")).unwrap();
+    assert!(kc.contains(&first.api), "admin kubeconfig names the API address");
+    let url = format!("https://{}", first.api);
+
+    // The API must be up and the initial token registered before anyone can join.
+    let admin = admin_client(&pki).await;
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(admin, "kube-system");
+    let id = token.split("::").nth(1).unwrap().split('.').next().unwrap().to_string();
+    for _ in 0..300 {
+        if secrets.get(&format!("bootstrap-token-{id}")).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A wrong secret.
+    let (hash_part, cred) = token.split_once("::").unwrap();
+    let wrong = format!("{hash_part}::{id}.zzzzzzzzzzzzzzzz");
+    let log = join_refused(&dir, "wrong", &url, &wrong);
+    assert!(log.contains("wrong join token"), "{log}");
+    // A token for another cluster's CA.
+    let other_ca = format!("K10{}::{cred}", "0".repeat(64));
+    let log = join_refused(&dir, "otherca", &url, &other_ca);
+    assert!(log.contains("does not match the token"), "{log}");
+    // An expired token.
+    let expired: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "bootstrap-token-exp123"}, "type": "bootstrap.kubernetes.io/token",
+        "stringData": {"token-id": "exp123", "token-secret": "0123456789abcdef", "expiration": "2020-01-01T00:00:00Z", "usage-bootstrap-server": "true"}
+    }))
+    .unwrap();
+    secrets.create(&Default::default(), &expired).await.unwrap();
+    let log = join_refused(&dir, "expired", &url, &format!("{hash_part}::exp123.0123456789abcdef"));
+    assert!(log.contains("expired"), "{log}");
+    // None of them became a member; the valid token works.
+    let client = StoreClient::new(&[first.store.as_str()]).unwrap();
+    assert_eq!(client.member_list().await.unwrap().members.len(), 1);
+    let second = spawn(&dir, "s2", &["--join", &url, "--token", &token]);
+    let mut voters = 0;
+    for _ in 0..300 {
+        if let Ok(l) = client.member_list().await {
+            voters = l.members.iter().filter(|m| m.voter).count();
+            if voters == 2 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(voters, 2, "the server with a valid token joined");
+    // It received the cluster's material: same CA, and it serves the API with it.
+    let s2_pki = dir.join("s2").join("pki");
+    assert_eq!(std::fs::read(s2_pki.join("ca.crt")).unwrap(), std::fs::read(pki.join("ca.crt")).unwrap());
+    assert_eq!(std::fs::read(s2_pki.join("secrets.key")).unwrap(), std::fs::read(pki.join("secrets.key")).unwrap());
+    drop(second);
+    drop(first);
+}
