@@ -12,14 +12,24 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{ClusterOptions, TestCluster};
 
+/// API server options of an [`ApiCluster`].
+#[derive(Clone, Debug, Default)]
+pub struct ApiOptions {
+    /// Static bearer-token file.
+    pub token_file: Option<std::path::PathBuf>,
+    /// Validity of the serving certificates (default one year).
+    pub serving_validity: Option<std::time::Duration>,
+    /// Rotate serving certificates: (renew when less than this is left, check interval).
+    pub rotation: Option<(std::time::Duration, std::time::Duration)>,
+}
+
 pub struct ApiCluster {
     pub store: TestCluster,
     ca: ClusterCa,
     admin: IssuedCert,
     secrets_key: Vec<u8>,
     sa_key: String,
-    /// Static bearer tokens file, if the test set one.
-    pub token_file: Option<std::path::PathBuf>,
+    opts: ApiOptions,
     api_addrs: Vec<SocketAddr>,
 }
 
@@ -29,18 +39,22 @@ fn free_addr() -> anyhow::Result<SocketAddr> {
 
 impl ApiCluster {
     pub async fn start(n: usize, opts: ClusterOptions) -> anyhow::Result<Self> {
-        Self::start_with_tokens(n, opts, None).await
+        Self::start_with(n, opts, ApiOptions::default()).await
     }
 
     /// Like [`ApiCluster::start`], with a static bearer-token file for the API servers.
     pub async fn start_with_tokens(n: usize, opts: ClusterOptions, token_file: Option<std::path::PathBuf>) -> anyhow::Result<Self> {
+        Self::start_with(n, opts, ApiOptions { token_file, ..Default::default() }).await
+    }
+
+    pub async fn start_with(n: usize, opts: ClusterOptions, api: ApiOptions) -> anyhow::Result<Self> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let store = TestCluster::start(n, opts).await?;
         let ca = ClusterCa::generate("test")?;
         let admin = ca.issue_client(keelson_pki::ADMIN_USER, &[keelson_pki::ADMIN_GROUP])?;
         let secrets_key = keelson_apiserver::encryption::SecretsCipher::generate_key().to_vec();
         let sa_key = rcgen::KeyPair::generate()?.serialize_pem();
-        let mut c = Self { store, ca, admin, secrets_key, sa_key, token_file, api_addrs: Vec::new() };
+        let mut c = Self { store, ca, admin, secrets_key, sa_key, opts: api, api_addrs: Vec::new() };
         for i in 0..n {
             c.api_addrs.push(free_addr()?);
             c.serve_api(i).await?;
@@ -50,7 +64,21 @@ impl ApiCluster {
 
     /// Starts replica `i`'s API server; it stops when the replica shuts down.
     async fn serve_api(&self, i: usize) -> anyhow::Result<()> {
-        let serving = self.ca.issue_serving("api", &["127.0.0.1".into(), "localhost".into()])?;
+        let names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+        let serving = match self.opts.serving_validity {
+            Some(v) => self.ca.issue_serving_valid_for("api", &names, keelson_pki::Duration::seconds(v.as_secs() as i64))?,
+            None => self.ca.issue_serving("api", &names)?,
+        };
+        let cert_rotation = self.opts.rotation.map(|(renew_before, check_every)| keelson_apiserver::http::tls::CertRotation {
+            ca_cert_pem: self.ca.cert_pem().to_string(),
+            ca_key_pem: self.ca.key_pem(),
+            common_name: "api".into(),
+            names: names.clone(),
+            validity: self.opts.serving_validity.unwrap_or(std::time::Duration::from_secs(86400 * 365)),
+            renew_before,
+            check_every,
+            save_dir: None,
+        });
         let running = self.store.running(i).context("replica not running")?;
         let cfg = keelson_apiserver::ApiServerConfig {
             listen: self.api_addrs[i],
@@ -60,10 +88,11 @@ impl ApiCluster {
             store_endpoint: self.store.addr(i),
             secrets_key: Some(self.secrets_key.clone()),
             service_account_key_pem: Some(self.sa_key.clone()),
-            token_auth_file: self.token_file.clone(),
+            token_auth_file: self.opts.token_file.clone(),
             audit: None,
             join: None,
             initial_join_token: None,
+            cert_rotation,
         };
         let mut last = None;
         for _ in 0..50 {

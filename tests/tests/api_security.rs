@@ -40,9 +40,10 @@ async fn cluster() -> ApiCluster {
     let c = ApiCluster::start_with_tokens(3, ClusterOptions::default(), Some(tokens)).await.unwrap();
     // Wait for the built-in namespaces and default roles.
     let admin = c.kube_client(0).await.unwrap();
-    let roles: Api<ClusterRole> = Api::all(admin);
+    let bindings: Api<ClusterRoleBinding> = Api::all(admin);
+    let want = keelson_rbac_binding_count();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while roles.get("view").await.is_err() || roles.get("system:node").await.is_err() {
+    while bindings.list(&ListParams::default()).await.map(|l| l.items.len()).unwrap_or(0) < want {
         assert!(tokio::time::Instant::now() < deadline, "default roles never appeared");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -226,6 +227,11 @@ async fn a_node_may_only_touch_its_own_objects() {
     assert_eq!(code(leases.create(&pp, &obj(json!({"metadata": {"name": "n1"}, "spec": {"holderIdentity": "n1"}}))).await), 200);
     assert_eq!(code(leases.create(&pp, &obj(json!({"metadata": {"name": "n2"}, "spec": {"holderIdentity": "n2"}}))).await), 403);
     c.shutdown().await;
+}
+
+/// Bootstrap creates roles first and bindings last: all bindings present = all defaults.
+fn keelson_rbac_binding_count() -> usize {
+    keelson_rbac::bootstrap_policy().iter().filter(|o| o["kind"] == "ClusterRoleBinding").count()
 }
 
 fn rustls_pemfile_certs(pem: &str) -> Vec<rustls::pki_types::CertificateDer<'static>> {

@@ -43,6 +43,9 @@ pub struct ServerArgs {
     /// Rotated audit logs kept.
     #[arg(long, default_value_t = 10)]
     audit_log_maxbackup: usize,
+    /// Reissue the API serving certificate when fewer days than this are left.
+    #[arg(long, default_value_t = 30)]
+    cert_renew_before_days: u64,
     /// Serve Prometheus metrics at this address.
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
@@ -112,7 +115,7 @@ async fn cluster_material(args: &ServerArgs) -> anyhow::Result<(keelson_pki::Clu
 
 /// This server's API serving certificate, reissued at every start (so new names take
 /// effect), and on `--cluster-init` the admin kubeconfig `PKI_DIR/admin.kubeconfig`.
-fn api_serving_cert(args: &ServerArgs, ca: &keelson_pki::ClusterCa) -> anyhow::Result<keelson_pki::IssuedCert> {
+fn api_serving_cert(args: &ServerArgs, ca: &keelson_pki::ClusterCa) -> anyhow::Result<(keelson_pki::IssuedCert, Vec<String>)> {
     let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "kubernetes".into(), "kubernetes.default".into(), "kubernetes.default.svc".into(), "10.43.0.1".into()];
     if let Ok(h) = std::fs::read_to_string("/etc/hostname") {
         names.push(h.trim().to_string());
@@ -137,13 +140,23 @@ fn api_serving_cert(args: &ServerArgs, ca: &keelson_pki::ClusterCa) -> anyhow::R
             std::fs::write(&path, keelson_pki::kubeconfig(&[ctx], ca.cert_pem(), "admin", &admin))?;
         }
     }
-    Ok(serving)
+    Ok((serving, names))
 }
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
     let (material, token_peer) = cluster_material(&args).await.context("preparing the cluster's certificates and keys")?;
-    let serving = api_serving_cert(&args, &material.ca).context("issuing the API serving certificate")?;
+    let (serving, serving_names) = api_serving_cert(&args, &material.ca).context("issuing the API serving certificate")?;
+    let rotation = keelson_apiserver::http::tls::CertRotation {
+        ca_cert_pem: material.ca.cert_pem().to_string(),
+        ca_key_pem: material.ca.key_pem(),
+        common_name: args.name.clone(),
+        names: serving_names,
+        validity: Duration::from_secs(365 * 86400),
+        renew_before: Duration::from_secs(args.cert_renew_before_days.max(1) * 86400),
+        check_every: Duration::from_secs(3600),
+        save_dir: Some(args.data_dir.join("tls")),
+    };
     let initial_token = if args.cluster_init { Some(material.server_token(&pki_dir(&args))?) } else { None };
     let api_listen = args.api_listen;
     let audit = keelson_apiserver::AuditConfig {
@@ -187,6 +200,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
                 service_account_key_pem: material.service_account_key_pem.clone(),
             }),
             initial_join_token: initial_token.map(|t| (t.id, t.secret)),
+            cert_rotation: Some(rotation),
         },
         running.shutdown_token(),
     )

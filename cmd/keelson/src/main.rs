@@ -1,5 +1,6 @@
 //! `keelson`: wires the crates into subcommands. No logic of its own lives here.
 
+mod cli_admin;
 mod cli_cluster;
 mod cli_server;
 
@@ -29,6 +30,18 @@ enum Cmd {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// Join tokens.
+    #[command(subcommand)]
+    Token(cli_admin::TokenCmd),
+    /// Certificates.
+    #[command(subcommand)]
+    Certs(CertsCmd),
+}
+
+#[derive(Subcommand)]
+enum CertsCmd {
+    /// Show the expiry of the cluster's and this server's certificates.
+    Check(cli_admin::CertsCheckArgs),
 }
 
 #[derive(Subcommand)]
@@ -66,5 +79,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Kv(cmd) => rt.block_on(cli_cluster::kv(cmd)),
         Cmd::Bench(BenchCmd::Store(args)) => rt.block_on(keelson_bench::run_store_bench(args)),
         Cmd::Bench(BenchCmd::Api(args)) => rt.block_on(keelson_bench::run_api_bench(args)),
+        Cmd::Token(cmd) => rt.block_on(cli_admin::token(cmd)),
+        Cmd::Certs(CertsCmd::Check(args)) => cli_admin::certs_check(args),
     }
 }

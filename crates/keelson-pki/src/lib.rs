@@ -23,7 +23,8 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
     SanType,
 };
-use time::{Duration, OffsetDateTime};
+pub use time::Duration;
+use time::OffsetDateTime;
 
 /// How long the CA is valid.
 pub const CA_VALIDITY: Duration = Duration::days(3650);
@@ -134,11 +135,15 @@ impl ClusterCa {
         IssuedCert { cert_pem: self.cert_pem.clone(), key_pem: self.key.serialize_pem() }.save(dir, "ca")
     }
 
-    fn issue(&self, mut params: CertificateParams) -> Result<IssuedCert, PkiError> {
+    fn issue(&self, params: CertificateParams) -> Result<IssuedCert, PkiError> {
+        self.issue_for(params, LEAF_VALIDITY)
+    }
+
+    fn issue_for(&self, mut params: CertificateParams, validity: Duration) -> Result<IssuedCert, PkiError> {
         let key = KeyPair::generate()?;
         let now = OffsetDateTime::now_utc();
         params.not_before = now - Duration::hours(1);
-        params.not_after = now + LEAF_VALIDITY;
+        params.not_after = now + validity;
         params.use_authority_key_identifier_extension = true;
         let issuer = Issuer::from_ca_cert_pem(&self.cert_pem, &self.key)?;
         let cert = params.signed_by(&key, &issuer)?;
@@ -147,6 +152,11 @@ impl ClusterCa {
 
     /// A serving certificate for `names` (DNS names or IP addresses).
     pub fn issue_serving(&self, common_name: &str, names: &[String]) -> Result<IssuedCert, PkiError> {
+        self.issue_serving_valid_for(common_name, names, LEAF_VALIDITY)
+    }
+
+    /// A serving certificate valid for `validity` from now.
+    pub fn issue_serving_valid_for(&self, common_name: &str, names: &[String], validity: Duration) -> Result<IssuedCert, PkiError> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name.push(DnType::CommonName, common_name);
         for n in names {
@@ -160,7 +170,7 @@ impl ClusterCa {
         }
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
-        self.issue(params)
+        self.issue_for(params, validity)
     }
 
     /// A client certificate: CN = `user`, O = the group. At most one group: the
@@ -193,6 +203,14 @@ impl ClusterCa {
         c.save(dir, name)?;
         Ok(c)
     }
+}
+
+/// When a PEM certificate expires (Unix seconds), and its subject common name.
+pub fn certificate_expiry(cert_pem: &str) -> Result<(i64, String), PkiError> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes()).map_err(|e| PkiError::Unsupported(format!("not a PEM certificate: {e}")))?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&pem.contents).map_err(|e| PkiError::Unsupported(format!("not a certificate: {e}")))?;
+    let cn = cert.subject().iter_common_name().next().and_then(|c| c.as_str().ok()).unwrap_or("").to_string();
+    Ok((cert.validity().not_after.timestamp(), cn))
 }
 
 /// The admin identity: user `kubernetes-admin` in group `system:masters`.

@@ -65,3 +65,14 @@ fn kubeconfig_has_a_context_per_endpoint() {
     assert_eq!(k.matches("certificate-authority-data").count(), 2);
     assert!(k.contains("server: \"https://127.0.0.1:2\""));
 }
+
+#[test]
+fn expiry_is_read_from_the_certificate() {
+    let ca = ClusterCa::generate("t").unwrap();
+    let short = ca.issue_serving_valid_for("s", &["localhost".into()], Duration::hours(2)).unwrap();
+    let (exp, cn) = certificate_expiry(&short.cert_pem).unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    assert!((exp - now - 7200).abs() < 5, "{exp} vs {now}");
+    assert_eq!(cn, "s");
+    assert!(certificate_expiry("garbage").is_err());
+}

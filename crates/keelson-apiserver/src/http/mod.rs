@@ -58,6 +58,8 @@ pub struct ApiServerConfig {
     pub audit: Option<AuditConfig>,
     /// Key material handed to servers joining with a token; `None` disables joining here.
     pub join: Option<crate::join::JoinMaterial>,
+    /// Reissue the serving certificate before it expires.
+    pub cert_rotation: Option<tls::CertRotation>,
     /// A join token (id, secret) to register if absent (the first server's token; no
     /// expiry, usable by servers and nodes).
     pub initial_join_token: Option<(String, String)>,
@@ -90,7 +92,11 @@ pub(crate) struct ApiState {
 
 /// Binds the listener and serves until `shutdown` is cancelled.
 pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<ServingApi, ApiServerError> {
-    let tls = Arc::new(tls::server_config(&cfg.cert_pem, &cfg.key_pem, &cfg.client_ca_pem)?);
+    let serving = Arc::new(tls::ReloadableCert::new(&cfg.cert_pem, &cfg.key_pem)?);
+    let tls = Arc::new(tls::server_config(serving.clone(), &cfg.client_ca_pem)?);
+    if let Some(rot) = cfg.cert_rotation.clone() {
+        tokio::spawn(tls::rotate(serving, rot, shutdown.clone()));
+    }
     let client = StoreClient::new(&[cfg.store_endpoint.as_str()]).map_err(|e| ApiServerError::Store(e.to_string()))?;
     let cipher = match &cfg.secrets_key {
         Some(k) => Some(Arc::new(crate::encryption::SecretsCipher::new("key1", k).map_err(|e| ApiServerError::Encryption(e.to_string()))?)),
