@@ -21,6 +21,7 @@ pub mod http;
 pub mod join;
 pub mod join_client;
 pub mod meta;
+pub mod metrics;
 mod namespaces;
 pub mod protobuf;
 pub mod registry;

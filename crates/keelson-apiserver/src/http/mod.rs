@@ -88,6 +88,7 @@ pub(crate) struct ApiState {
     pub audit: Option<AuditLog>,
     pub join: Option<crate::join::JoinMaterial>,
     pub ca_pem: String,
+    pub metrics: crate::metrics::ApiMetrics,
 }
 
 /// Binds the listener and serves until `shutdown` is cancelled.
@@ -128,6 +129,7 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
         audit,
         join: cfg.join.clone(),
         ca_pem: cfg.client_ca_pem.clone(),
+        metrics: Default::default(),
     });
     let bootstrap_state = state.clone();
     let initial_token = cfg.initial_join_token.clone();
@@ -271,6 +273,7 @@ async fn handle(state: Arc<ApiState>, identity: Option<Identity>, peer: String, 
         if let Some(c) = &caller {
             tracing::Span::current().record("user", c.user.name.as_str());
         }
+        let started = std::time::Instant::now();
         let result = dispatch(&state, r, caller.as_ref(), req).await;
         let resp = match result {
             Ok(resp) => resp,
@@ -281,6 +284,13 @@ async fn handle(state: Arc<ApiState>, identity: Option<Identity>, peer: String, 
                 error_response(&e)
             }
         };
+        if let keelson_rbac::Attributes::Resource(a) = &attrs {
+            let resource = match &a.subresource {
+                Some(sub) => format!("{}/{sub}", a.resource),
+                None => a.resource.clone(),
+            };
+            state.metrics.observe(&a.verb, &resource, resp.status().as_u16(), started.elapsed());
+        }
         if let (Some(log), Some(c)) = (&state.audit, &caller) {
             if matches!(method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE) {
                 let (verb, resource, namespace, name) = match &attrs {
@@ -331,7 +341,7 @@ async fn dispatch(state: &Arc<ApiState>, r: Route, caller: Option<&Caller>, req:
     match r {
         Route::Version => get_only(Ok(json_response(StatusCode::OK, &discovery::version()))),
         Route::Health(_) => Ok((StatusCode::OK, [(http::header::CONTENT_TYPE, "text/plain")], "ok").into_response()),
-        Route::Metrics => Err(ApiError::NoRoute),
+        Route::Metrics => get_only(Ok((StatusCode::OK, [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render()).into_response())),
         Route::KeelsonCaCerts => get_only(Ok((StatusCode::OK, [(http::header::CONTENT_TYPE, "text/plain")], state.ca_pem.clone()).into_response())),
         Route::KeelsonJoin => {
             if method != Method::POST {

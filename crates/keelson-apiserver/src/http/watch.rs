@@ -109,6 +109,8 @@ pub(crate) async fn serve(
     let (tx, rx) = mpsc::channel::<Result<bytes::Bytes, std::convert::Infallible>>(WATCH_BUFFER);
     let shutdown = state.shutdown.clone();
     tokio::spawn(async move {
+        state.metrics.watch_opened();
+        let _open = scopeguard(&state);
         for e in first {
             if tx.send(Ok(line(&e))).await.is_err() {
                 return;
@@ -127,6 +129,19 @@ pub(crate) async fn serve(
         .header(http::header::CACHE_CONTROL, "no-cache, private")
         .body(body)
         .expect("valid response"))
+}
+
+/// Decrements the open-watch gauge when the watch task ends, however it ends.
+struct WatchGauge<'a>(&'a ApiState);
+
+impl Drop for WatchGauge<'_> {
+    fn drop(&mut self) {
+        self.0.metrics.watch_closed();
+    }
+}
+
+fn scopeguard(state: &ApiState) -> WatchGauge<'_> {
+    WatchGauge(state)
 }
 
 fn line(v: &Value) -> bytes::Bytes {
