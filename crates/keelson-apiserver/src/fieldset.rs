@@ -270,8 +270,17 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, api_ve
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Conflict {
     pub manager: String,
+    /// Set when the owner wrote through a subresource (`scale`, `status`).
+    pub subresource: Option<String>,
     pub api_version: String,
     pub path: Path,
+}
+
+impl Managed {
+    /// This entry is `manager`'s server-side apply of the main resource.
+    fn is_apply_by(&self, manager: &str) -> bool {
+        self.manager == manager && self.operation == "Apply" && self.subresource.is_none()
+    }
 }
 
 /// Server-side apply of `applied` by `manager` onto `live` (already merged into
@@ -289,12 +298,14 @@ pub fn apply_ownership(
 ) -> Result<(), Vec<Conflict>> {
     let mut managed = live.map(read_managed).unwrap_or_default();
     let claimed = leaves(applied);
+    // Every entry but this manager's own apply is another owner: the same manager name
+    // writing through `kubectl scale` (an Update) is a different owner.
     let mut conflicts = Vec::new();
     if let Some(live) = live {
-        for m in managed.iter().filter(|m| m.manager != manager) {
+        for m in managed.iter().filter(|m| !m.is_apply_by(manager)) {
             for p in claimed.intersection(&m.fields) {
                 if get(live, p) != get(applied, p) && !matches!(p.last(), Some(Step::Key(_))) {
-                    conflicts.push(Conflict { manager: m.manager.clone(), api_version: m.api_version.clone(), path: p.clone() });
+                    conflicts.push(Conflict { manager: m.manager.clone(), subresource: m.subresource.clone(), api_version: m.api_version.clone(), path: p.clone() });
                 }
             }
         }
@@ -302,17 +313,18 @@ pub fn apply_ownership(
     if !conflicts.is_empty() && !force {
         return Err(conflicts);
     }
-    let previous: BTreeSet<Path> = managed.iter().filter(|m| m.manager == manager && m.operation == "Apply").flat_map(|m| m.fields.clone()).collect();
-    let others: BTreeSet<Path> = managed.iter().filter(|m| m.manager != manager).flat_map(|m| m.fields.clone()).collect();
+    let previous: BTreeSet<Path> = managed.iter().filter(|m| m.is_apply_by(manager)).flat_map(|m| m.fields.clone()).collect();
+    let others: BTreeSet<Path> = managed.iter().filter(|m| !m.is_apply_by(manager)).flat_map(|m| m.fields.clone()).collect();
     for p in previous.difference(&claimed) {
         if !others.contains(p) {
             remove(merged, p);
         }
     }
-    for m in managed.iter_mut().filter(|m| m.manager != manager) {
-        m.fields.retain(|p| !(claimed.contains(p) && conflicts.iter().any(|c| &c.path == p)));
+    // Forcing takes the conflicting fields away from their previous owners.
+    for m in managed.iter_mut().filter(|m| !m.is_apply_by(manager)) {
+        m.fields.retain(|p| !conflicts.iter().any(|c| &c.path == p));
     }
-    managed.retain(|m| !(m.manager == manager && m.operation == "Apply"));
+    managed.retain(|m| !m.is_apply_by(manager));
     managed.push(Managed { manager: manager.into(), operation: "Apply".into(), api_version: api_version.into(), time: now.into(), fields: claimed, subresource: None });
     write_managed(merged, &managed);
     Ok(())
@@ -348,17 +360,21 @@ mod tests {
         // Another manager changes replicas; re-applying the old value conflicts.
         let mut scaled = merged.clone();
         scaled["spec"]["replicas"] = json!(5);
-        record_update(Some(&merged), &mut scaled, "kubectl-scale", "apps/v1", "t2", None);
+        // kubectl scale writes as manager "kubectl" through the scale subresource: the
+        // same name as the applier, yet another owner.
+        record_update(Some(&merged), &mut scaled, "kubectl", "apps/v1", "t2", Some("scale"));
         let mut m2 = scaled.clone();
         let err = apply_ownership(Some(&scaled), &deploy(2, "nginx"), &mut m2, "kubectl", "apps/v1", "t3", false).unwrap_err();
         assert_eq!(err.len(), 1);
-        assert_eq!((err[0].manager.as_str(), render(&err[0].path).as_str()), ("kubectl-scale", ".spec.replicas"));
+        assert_eq!((err[0].manager.as_str(), err[0].subresource.as_deref(), render(&err[0].path).as_str()), ("kubectl", Some("scale"), ".spec.replicas"));
         let mut m3 = scaled.clone();
         m3["spec"]["replicas"] = json!(2);
         apply_ownership(Some(&scaled), &deploy(2, "nginx"), &mut m3, "kubectl", "apps/v1", "t3", true).unwrap();
         let owners = read_managed(&m3);
-        let scale = owners.iter().find(|m| m.manager == "kubectl-scale");
-        assert!(scale.is_none_or(|m| !m.fields.iter().any(|p| render(p) == ".spec.replicas")));
+        let scale = owners.iter().find(|m| m.subresource.as_deref() == Some("scale"));
+        assert!(scale.is_none_or(|m| !m.fields.iter().any(|p| render(p) == ".spec.replicas")), "forcing takes ownership");
+        let apply = owners.iter().find(|m| m.operation == "Apply").unwrap();
+        assert!(apply.fields.iter().any(|p| render(p) == ".spec.replicas"));
     }
 
     #[test]

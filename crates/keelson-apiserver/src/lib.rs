@@ -23,6 +23,7 @@ pub mod join_client;
 pub mod meta;
 pub mod metrics;
 mod namespaces;
+mod prune;
 pub mod protobuf;
 pub mod registry;
 pub mod storage;

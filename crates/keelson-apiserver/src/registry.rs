@@ -76,13 +76,14 @@ impl Registry {
     }
 
     /// The namespace fence of a write into `ns`: it must exist and not be terminating.
-    async fn namespace_fence(&self, ns: &str) -> Result<Fence, ApiError> {
+    async fn namespace_fence(&self, ns: &str, def: &ResourceDef, name: &str) -> Result<Fence, ApiError> {
         let key = object_key(namespaces(), None, ns);
         match self.store.get(&key).await? {
             None => Err(ApiError::not_found("namespaces", ns)),
             Some(n) if meta::is_deleting(&n.obj) || n.obj.pointer("/status/phase") == Some(&json!("Terminating")) => {
                 Err(ApiError::Forbidden(format!(
-                    "unable to create new content in namespace {ns} because it is being terminated"
+                    "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                    def.qualified()
                 )))
             }
             Some(n) => Ok(Fence { key, mod_revision: n.rv }),
@@ -102,7 +103,7 @@ impl Registry {
         let ns = meta::namespace_of(&obj).map(str::to_string);
         let mut fences = Vec::new();
         if def.namespaced {
-            fences.push(self.namespace_fence(ns.as_deref().unwrap_or("default")).await?);
+            fences.push(self.namespace_fence(ns.as_deref().unwrap_or("default"), def, &name).await?);
         }
         let key = object_key(def, ns.as_deref(), &name);
         for _ in 0..UPDATE_ATTEMPTS {
@@ -124,7 +125,7 @@ impl Registry {
                     // The namespace changed or an allocated address was taken: re-check.
                     fences.retain(|f| !side.iter().any(|(k, _)| k == &f.key));
                     if def.namespaced {
-                        fences[0] = self.namespace_fence(ns.as_deref().unwrap_or("default")).await?;
+                        fences[0] = self.namespace_fence(ns.as_deref().unwrap_or("default"), def, &name).await?;
                     }
                 }
             }
@@ -170,6 +171,10 @@ impl Registry {
             let gone = delete_on_update(def, &current.obj, &desired);
             if dry_run {
                 return Ok((desired, false));
+            }
+            if !gone && unchanged(&current.obj, &desired) {
+                // Nothing to write: the object and its resourceVersion stay as they are.
+                return Ok((current.obj, false));
             }
             let side: Vec<SideWrite> = if gone { allocator::release(def, &current.obj) } else { Vec::new() };
             let outcome = self.store.write(&key, (!gone).then_some(&desired), current.rv, &[], &side).await?;
@@ -260,6 +265,25 @@ impl Registry {
         }
         Err(ApiError::conflict(&def.qualified(), name))
     }
+}
+
+/// Whether an update changes nothing but bookkeeping (resourceVersion, the times of
+/// field-manager entries): such an update is not written, as in Kubernetes. A change of
+/// who owns which field is a change.
+fn unchanged(current: &Value, desired: &Value) -> bool {
+    let strip = |o: &Value| {
+        let mut o = o.clone();
+        if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+            if let Some(entries) = m.get_mut("managedFields").and_then(Value::as_array_mut) {
+                for e in entries.iter_mut().filter_map(Value::as_object_mut) {
+                    e.remove("time");
+                }
+            }
+        }
+        o
+    };
+    strip(current) == strip(desired)
 }
 
 /// An update of an object marked for deletion that removes its last finalizer deletes it

@@ -55,6 +55,10 @@ pub struct TestCluster {
 
 impl TestCluster {
     pub async fn start() -> Self {
+        assert!(
+            Path::new(KUBECTL).exists(),
+            "these tests drive the real kubectl, expected at {KUBECTL} (with versioned binaries in {KUBECTL_VERSIONS_DIR}); install kubectl"
+        );
         let tmp = tempfile::tempdir().expect("tempdir");
         let spec = LocalClusterSpec {
             servers: 3,
@@ -434,4 +438,41 @@ pub fn bogus_token_kubeconfig(dir: &Path, url: &str) -> PathBuf {
     );
     std::fs::write(&path, text).expect("write kubeconfig");
     path
+}
+
+/// Checks of details (message wording, extra fields) that do not stop a test's flow:
+/// failures are collected and reported together by `finish`, so one run of a test shows
+/// every deviation rather than only the first.
+#[derive(Default)]
+pub struct Soft {
+    failures: Vec<String>,
+}
+
+impl Soft {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn check(&mut self, ok: bool, msg: impl FnOnce() -> String) {
+        if !ok {
+            let m = msg();
+            eprintln!("CHECK FAILED: {m}");
+            self.failures.push(m);
+        }
+    }
+
+    pub fn contains(&mut self, haystack: &str, needle: &str, context: &str) {
+        self.check(haystack.contains(needle), || format!("{context}: expected to find {needle:?} in:\n{haystack}"));
+    }
+
+    pub fn eq<T: PartialEq + std::fmt::Debug>(&mut self, got: T, want: T, context: &str) {
+        self.check(got == want, || format!("{context}: got {got:?}, want {want:?}"));
+    }
+
+    /// Panics listing every failed check.
+    pub fn finish(self) {
+        if !self.failures.is_empty() {
+            panic!("{} check(s) failed:\n\n{}", self.failures.len(), self.failures.join("\n\n"));
+        }
+    }
 }

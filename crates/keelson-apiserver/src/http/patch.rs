@@ -53,7 +53,7 @@ pub(crate) async fn patch(
     if body.len() > negotiate::MAX_BODY {
         return Err(ApiError::TooLarge("the patch is too large".into()));
     }
-    let patch = match kind {
+    let mut patch = match kind {
         PatchKind::Apply => negotiate::parse_yaml(body)?,
         _ => negotiate::parse_json(body)?,
     };
@@ -66,7 +66,7 @@ pub(crate) async fn patch(
         return Err(ApiError::BadRequest("PATCH, application/apply-patch+yaml requires fieldManager".into()));
     }
     if kind == PatchKind::Apply {
-        check_schema(def, q, &patch)?;
+        check_schema(def, q, &mut patch)?;
         if !patch.is_object() {
             return Err(ApiError::BadRequest("an apply patch must be an object".into()));
         }
@@ -106,7 +106,7 @@ pub(crate) async fn patch(
             if kind == PatchKind::Apply {
                 fieldset::apply_ownership(Some(cur), &patch, &mut next, &manager, &api_version, &now, force).map_err(|c| conflict_error(def, name, &c))?;
             } else {
-                check_schema(def, q, &next)?;
+                check_schema(def, q, &mut next)?;
                 fieldset::record_update(Some(cur), &mut next, &manager, &api_version, &now, subresource);
             }
             if !pins_rv {
@@ -122,7 +122,10 @@ pub(crate) async fn patch(
 fn conflict_error(def: &crate::catalog::ResourceDef, name: &str, conflicts: &[fieldset::Conflict]) -> ApiError {
     let lines: Vec<String> = conflicts
         .iter()
-        .map(|c| format!("conflict with \"{}\" using {}: {}", c.manager, c.api_version, fieldset::render(&c.path)))
+        .map(|c| match &c.subresource {
+            Some(sub) => format!("conflict with \"{}\" with subresource \"{sub}\" using {}: {}", c.manager, c.api_version, fieldset::render(&c.path)),
+            None => format!("conflict with \"{}\" using {}: {}", c.manager, c.api_version, fieldset::render(&c.path)),
+        })
         .collect();
     let message = if lines.len() == 1 {
         format!("Apply failed with 1 conflict: {}", lines[0])

@@ -34,31 +34,32 @@ pub(crate) fn dry_run(q: &HashMap<String, String>) -> Result<bool, ApiError> {
     }
 }
 
-/// Schema checks of a request body: type errors are 400; unknown fields are an error
-/// under `fieldValidation=Strict`, a warning header otherwise (`Ignore`: nothing).
-pub(crate) fn check_schema(def: &ResourceDef, q: &HashMap<String, String>, obj: &Value) -> Result<Vec<String>, ApiError> {
+/// Schema checks of a request body: type errors are 400; unknown fields are dropped,
+/// and reported — as an error under `fieldValidation=Strict`, as warnings under `Warn`
+/// (the default), not at all under `Ignore`. Returns the warnings.
+pub(crate) fn check_schema(def: &ResourceDef, q: &HashMap<String, String>, obj: &mut Value) -> Result<Vec<String>, ApiError> {
     keelson_schema::typecheck(def.group, def.version, def.kind, obj).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let mode = q.get("fieldValidation").map(String::as_str).unwrap_or("Warn");
     if !["Strict", "Warn", "Ignore", ""].contains(&mode) {
         return Err(ApiError::BadRequest(format!("fieldValidation must be one of Ignore, Warn, Strict; got {mode:?}")));
     }
-    if mode == "Ignore" {
-        return Ok(Vec::new());
-    }
-    let unknown = keelson_schema::unknown_fields(def.group, def.version, def.kind, obj);
+    let unknown = keelson_schema::unknown_field_paths(def.group, def.version, def.kind, obj);
     if unknown.is_empty() {
         return Ok(Vec::new());
     }
+    let msgs: Vec<String> = unknown.iter().map(|u| format!("unknown field {u:?}")).collect();
     if mode == "Strict" {
-        let msgs: Vec<String> = unknown.iter().map(|u| format!("unknown field {u:?}")).collect();
         return Err(ApiError::BadRequest(format!("strict decoding error: {}", msgs.join(", "))));
     }
-    Ok(unknown.iter().map(|u| format!("unknown field {u:?}")).collect())
+    for path in &unknown {
+        crate::prune::remove_path(obj, path);
+    }
+    Ok(if mode == "Ignore" { Vec::new() } else { msgs })
 }
 
 pub(crate) fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
     for w in warnings {
-        if let Ok(v) = format!("299 - \"{}\"", w.replace('"', "'")).parse() {
+        if let Ok(v) = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\"")).parse() {
             resp.headers_mut().append("Warning", v);
         }
     }
@@ -111,7 +112,7 @@ pub(crate) async fn handle(state: &Arc<ApiState>, rr: ResourceRequest, q: HashMa
         (Method::POST, None) => {
             let (headers, body) = read_body(req).await?;
             let mut obj = negotiate::decode_body(&headers, &body)?;
-            let warnings = check_schema(def, &q, &obj)?;
+            let warnings = check_schema(def, &q, &mut obj)?;
             let manager = super::patch::manager(&q, &headers);
             crate::fieldset::record_update(None, &mut obj, &manager, &def.api_version(), &crate::registry::now_rfc3339(), None);
             let created = reg.create(def, ns.as_deref(), obj, dry_run(&q)?).await?;
@@ -119,8 +120,8 @@ pub(crate) async fn handle(state: &Arc<ApiState>, rr: ResourceRequest, q: HashMa
         }
         (Method::PUT, Some(name)) => {
             let (headers, body) = read_body(req).await?;
-            let obj = negotiate::decode_body(&headers, &body)?;
-            let warnings = check_schema(def, &q, &obj)?;
+            let mut obj = negotiate::decode_body(&headers, &body)?;
+            let warnings = check_schema(def, &q, &mut obj)?;
             let manager = super::patch::manager(&q, &headers);
             let create_on_update = def.group.is_empty() && def.kind == "Endpoints";
             let (obj, created) = reg

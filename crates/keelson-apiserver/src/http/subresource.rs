@@ -40,8 +40,8 @@ pub(crate) async fn handle(
         }
         (Subresource::Status | Subresource::Finalize, Method::PUT) => {
             let (headers, body) = read_body(req).await?;
-            let obj = negotiate::decode_body(&headers, &body)?;
-            check_schema(def, &q, &obj)?;
+            let mut obj = negotiate::decode_body(&headers, &body)?;
+            check_schema(def, &q, &mut obj)?;
             let scope = if sub == Subresource::Status { UpdateScope::Status } else { UpdateScope::Main };
             let (obj, _) = reg
                 .update_with(def, ns.as_deref(), &name, scope, dry_run(&q)?, |cur| {
