@@ -98,16 +98,7 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
         }
         resources.push(r);
         for s in d.subresources {
-            let (kind, group, version, verbs): (&str, Option<&str>, Option<&str>, &[&str]) = match s {
-                Subresource::Status => (d.kind, None, None, &["get", "patch", "update"]),
-                Subresource::Scale => ("Scale", Some("autoscaling"), Some("v1"), &["get", "patch", "update"]),
-                Subresource::Log => ("Pod", None, None, &["get"]),
-                Subresource::Exec => ("PodExecOptions", None, None, &["create", "get"]),
-                Subresource::Eviction => ("Eviction", Some("policy"), Some("v1"), &["create"]),
-                Subresource::Binding => ("Binding", None, None, &["create"]),
-                Subresource::Finalize => ("Namespace", None, None, &["update"]),
-                Subresource::Token => ("TokenRequest", Some("authentication.k8s.io"), Some("v1"), &["create"]),
-            };
+            let (kind, group, version, verbs) = subresource_info(d, *s);
             let mut sr = json!({
                 "name": format!("{}/{}", d.plural, s.name()),
                 "singularName": "",
@@ -115,9 +106,9 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "kind": kind,
                 "verbs": verbs,
             });
-            if let (Some(g), Some(v)) = (group, version) {
-                sr["group"] = json!(g);
-                sr["version"] = json!(v);
+            if group != d.group || version != d.version {
+                sr["group"] = json!(group);
+                sr["version"] = json!(version);
             }
             resources.push(sr);
         }
@@ -126,9 +117,125 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
     Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
 }
 
+/// The aggregated discovery version a client asked for (`v2` or `v2beta1`), if any: the
+/// first `as=APIGroupDiscoveryList` entry of its Accept header.
+pub fn aggregated_version(accept: &str) -> Option<&'static str> {
+    for part in accept.split(',') {
+        let params: Vec<String> = part.split(';').map(|p| p.trim().to_ascii_lowercase()).collect();
+        if params.first().map(String::as_str) != Some("application/json") {
+            continue;
+        }
+        let has = |p: &str| params.iter().any(|x| x == p);
+        if has("as=apigroupdiscoverylist") && has("g=apidiscovery.k8s.io") {
+            if has("v=v2") {
+                return Some("v2");
+            }
+            if has("v=v2beta1") {
+                return Some("v2beta1");
+            }
+        }
+    }
+    None
+}
+
+/// The Content-Type of an aggregated discovery answer.
+pub fn aggregated_content_type(version: &str) -> String {
+    format!("application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList")
+}
+
+/// `APIGroupDiscoveryList` for `/api` (legacy) or `/apis`.
+pub fn aggregated(legacy: bool, version: &str) -> Value {
+    let mut groups: Vec<&str> = Vec::new();
+    for (g, _) in all_group_versions() {
+        if (g.is_empty() == legacy) && !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    let items: Vec<Value> = groups
+        .iter()
+        .map(|g| {
+            let versions: Vec<Value> = all_group_versions()
+                .into_iter()
+                .filter(|(gg, _)| gg == g)
+                .map(|(_, v)| json!({"version": v, "freshness": "Current", "resources": aggregated_resources(g, v)}))
+                .collect();
+            json!({"metadata": {"name": g}, "versions": versions})
+        })
+        .collect();
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": format!("apidiscovery.k8s.io/{version}"), "metadata": {}, "items": items})
+}
+
+fn aggregated_resources(group: &str, version: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (g, plural, kind, namespaced) in crate::http::request::VIRTUAL.iter().filter(|(g, ..)| *g == group && version == "v1") {
+        out.push(json!({
+            "resource": plural, "responseKind": {"group": g, "version": version, "kind": kind},
+            "scope": if *namespaced { "Namespaced" } else { "Cluster" }, "singularResource": "", "verbs": ["create"],
+        }));
+    }
+    for d in RESOURCES.iter().filter(|r| r.group == group && r.version == version) {
+        let mut r = json!({
+            "resource": d.plural,
+            "responseKind": {"group": d.group, "version": d.version, "kind": d.kind},
+            "scope": if d.namespaced { "Namespaced" } else { "Cluster" },
+            "singularResource": d.singular,
+            "verbs": ALL_VERBS,
+        });
+        if !d.short_names.is_empty() {
+            r["shortNames"] = json!(d.short_names);
+        }
+        if !d.categories.is_empty() {
+            r["categories"] = json!(d.categories);
+        }
+        let subs: Vec<Value> = d
+            .subresources
+            .iter()
+            .map(|s| {
+                let (kind, group, version, verbs) = subresource_info(d, *s);
+                json!({"subresource": s.name(), "responseKind": {"group": group, "version": version, "kind": kind}, "verbs": verbs})
+            })
+            .collect();
+        if !subs.is_empty() {
+            r["subresources"] = json!(subs);
+        }
+        out.push(r);
+    }
+    out
+}
+
+/// Kind, group, version and verbs of a subresource.
+fn subresource_info(d: &crate::catalog::ResourceDef, s: Subresource) -> (&'static str, &'static str, &'static str, &'static [&'static str]) {
+    match s {
+        Subresource::Status => (d.kind, d.group, d.version, &["get", "patch", "update"]),
+        Subresource::Scale => ("Scale", "autoscaling", "v1", &["get", "patch", "update"]),
+        Subresource::Log => ("Pod", "", "v1", &["get"]),
+        Subresource::Exec => ("PodExecOptions", "", "v1", &["create", "get"]),
+        Subresource::Eviction => ("Eviction", "policy", "v1", &["create"]),
+        Subresource::Binding => ("Binding", "", "v1", &["create"]),
+        Subresource::Finalize => ("Namespace", "", "v1", &["update"]),
+        Subresource::Token => ("TokenRequest", "authentication.k8s.io", "v1", &["create"]),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aggregated_discovery_is_negotiated() {
+        let kubectl = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+        assert_eq!(aggregated_version(kubectl), Some("v2"));
+        assert_eq!(aggregated_version("application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"), Some("v2beta1"));
+        assert_eq!(aggregated_version("application/json"), None);
+        let apis = aggregated(false, "v2");
+        let apps = apis["items"].as_array().unwrap().iter().find(|i| i["metadata"]["name"] == "apps").unwrap();
+        let deploy = apps["versions"][0]["resources"].as_array().unwrap().iter().find(|r| r["resource"] == "deployments").unwrap();
+        assert_eq!(deploy["scope"], "Namespaced");
+        assert_eq!(deploy["subresources"].as_array().unwrap().iter().find(|s| s["subresource"] == "scale").unwrap()["responseKind"]["group"], "autoscaling");
+        let core = aggregated(true, "v2");
+        assert_eq!(core["items"].as_array().unwrap().len(), 1);
+        assert_eq!(core["items"][0]["metadata"]["name"], "");
+    }
 
     #[test]
     fn core_list_has_pods_with_subresources() {

@@ -353,7 +353,16 @@ async fn dispatch(state: &Arc<ApiState>, r: Route, caller: Option<&Caller>, req:
             let v = crate::join::join(&state.registry, material, bearer.as_deref(), &body).await?;
             Ok(json_response(StatusCode::OK, &v))
         }
-        Route::GroupList { legacy } => get_only(Ok(json_response(StatusCode::OK, &discovery::group_list(legacy, &state.advertise)))),
+        Route::GroupList { legacy } => {
+            let accept = req.headers().get(http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+            match discovery::aggregated_version(accept) {
+                Some(v) => {
+                    let body = serde_json::to_vec(&discovery::aggregated(legacy, v)).expect("JSON values serialize");
+                    get_only(Ok((StatusCode::OK, [(http::header::CONTENT_TYPE, discovery::aggregated_content_type(v))], body).into_response()))
+                }
+                None => get_only(Ok(json_response(StatusCode::OK, &discovery::group_list(legacy, &state.advertise)))),
+            }
+        }
         Route::Group(g) => get_only(discovery::group(&g).map(|v| json_response(StatusCode::OK, &v)).ok_or(ApiError::NoRoute)),
         Route::GroupVersion { group, version } => {
             get_only(discovery::resource_list(&group, &version).map(|v| json_response(StatusCode::OK, &v)).ok_or(ApiError::NoRoute))
