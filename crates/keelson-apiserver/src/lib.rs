@@ -28,6 +28,7 @@ pub mod protobuf;
 pub mod registry;
 pub mod storage;
 pub mod strategy;
+pub mod watch_cache;
 
 use std::net::SocketAddr;
 

@@ -89,6 +89,7 @@ pub(crate) struct ApiState {
     pub join: Option<crate::join::JoinMaterial>,
     pub ca_pem: String,
     pub metrics: crate::metrics::ApiMetrics,
+    pub watch_cache: Arc<crate::watch_cache::WatchCache>,
 }
 
 /// Binds the listener and serves until `shutdown` is cancelled.
@@ -125,11 +126,12 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
         shutdown: shutdown.clone(),
         advertise: addr.to_string(),
         authn,
-        authz: RbacAuthorizer::start(store, shutdown.clone()),
+        authz: RbacAuthorizer::start(store.clone(), shutdown.clone()),
         audit,
         join: cfg.join.clone(),
         ca_pem: cfg.client_ca_pem.clone(),
         metrics: Default::default(),
+        watch_cache: crate::watch_cache::WatchCache::new(store.clone(), shutdown.clone()),
     });
     let bootstrap_state = state.clone();
     let initial_token = cfg.initial_join_token.clone();

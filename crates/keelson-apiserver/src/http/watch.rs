@@ -26,6 +26,7 @@ use super::ApiState;
 use crate::catalog::ResourceDef;
 use crate::error::ApiError;
 use crate::storage::{list_prefix, object_key, set_resource_version, ObjectStore};
+use crate::watch_cache::{FeedEvent, Joined};
 
 /// Events buffered per watch before the producer waits for the client.
 const WATCH_BUFFER: usize = 256;
@@ -80,6 +81,15 @@ pub(crate) async fn serve(
     };
     let include = list::include_object(&q)?;
     let spec = WatchSpec { def, range, selectors, bookmarks, repr, include };
+    // The resource's feed exists before the initial list is read, so the list's revision
+    // is inside the feed's backlog.
+    let feed = match state.watch_cache.feed(def.key_prefix().as_bytes()).await {
+        Ok(f) => Some(f),
+        Err(e) => {
+            tracing::debug!(error = %e, "watch cache unavailable; watching the store directly");
+            None
+        }
+    };
 
     // The initial state, if asked for, is read before the response starts so errors
     // are still proper HTTP statuses.
@@ -116,10 +126,16 @@ pub(crate) async fn serve(
                 return;
             }
         }
+        let joined = feed.and_then(|f| f.join(from));
         tokio::select! {
             _ = shutdown.cancelled() => {}
             _ = tokio::time::sleep(timeout) => {}
-            _ = follow(&state, &spec, from, &tx) => {}
+            _ = async {
+                match joined {
+                    Some(j) => follow_feed(&spec, j, &tx).await,
+                    None => follow(&state, &spec, from, &tx).await,
+                }
+            } => {}
         }
     });
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
@@ -238,28 +254,73 @@ async fn follow(state: &ApiState, spec: &WatchSpec, mut from: Revision, tx: &mps
     }
 }
 
-/// One store event as a watch event, honouring selectors: an object that stops
-/// matching is DELETED for this watcher, one that starts matching is ADDED.
+/// One store event as a watch event, honouring selectors.
 fn translate(store: &ObjectStore, spec: &WatchSpec, ev: keelson_mvcc::Event) -> Result<Option<Value>, ApiError> {
-    let prev = ev.prev_kv.as_ref().map(|kv| store.decode(kv)).transpose()?;
-    let prev_match = prev.as_ref().is_some_and(|p| spec.selectors.matches(&p.obj));
-    match ev.kind {
-        EventKind::Put => {
-            let cur = store.decode(&ev.kv)?;
-            let cur_match = spec.selectors.matches(&cur.obj);
-            Ok(match (prev.is_some() && prev_match, cur_match) {
-                (true, true) => Some(spec.event("MODIFIED", cur.obj)),
-                (false, true) => Some(spec.event("ADDED", cur.obj)),
-                (true, false) => Some(spec.event("DELETED", cur.obj)),
-                (false, false) => None,
-            })
+    let prev = ev.prev_kv.as_ref().map(|kv| store.decode(kv)).transpose()?.map(|mut p| {
+        if ev.kind == EventKind::Delete {
+            set_resource_version(&mut p.obj, ev.kv.mod_revision);
         }
-        EventKind::Delete => Ok(match prev {
-            Some(mut p) if prev_match => {
-                set_resource_version(&mut p.obj, ev.kv.mod_revision);
-                Some(spec.event("DELETED", p.obj))
+        p.obj
+    });
+    let cur = match ev.kind {
+        EventKind::Put => Some(store.decode(&ev.kv)?.obj),
+        EventKind::Delete => None,
+    };
+    Ok(classify(spec, prev.as_ref(), cur.as_ref()).map(|(ty, obj)| spec.event(ty, obj.clone())))
+}
+
+/// The watch event type of a change for this watcher, and the object to send: an
+/// object that stops matching the selectors is DELETED for it, one that starts matching
+/// is ADDED.
+fn classify<'a>(spec: &WatchSpec, prev: Option<&'a Value>, cur: Option<&'a Value>) -> Option<(&'static str, &'a Value)> {
+    let prev_match = prev.is_some_and(|p| spec.selectors.matches(p));
+    match cur {
+        Some(cur) => match (prev_match, spec.selectors.matches(cur)) {
+            (true, true) => Some(("MODIFIED", cur)),
+            (false, true) => Some(("ADDED", cur)),
+            (true, false) => Some(("DELETED", cur)),
+            (false, false) => None,
+        },
+        None => prev.filter(|_| prev_match).map(|p| ("DELETED", p)),
+    }
+}
+
+/// Serves a watcher from the watch cache: its backlog, then live events, until the
+/// client leaves, the watcher falls too far behind, or the feed ends.
+async fn follow_feed(spec: &WatchSpec, joined: Joined, tx: &mpsc::Sender<Result<bytes::Bytes, std::convert::Infallible>>) {
+    let Joined { backlog, mut live } = joined;
+    let plain = spec.selectors.labels.is_empty() && spec.selectors.fields.is_empty() && spec.repr == Representation::Object;
+    let line_of = |ev: &FeedEvent| -> Option<bytes::Bytes> {
+        match ev {
+            FeedEvent::Change(c) if spec.range.contains(&c.key) => {
+                if plain {
+                    let (ty, obj) = classify(spec, c.previous.as_ref(), c.object.as_ref())?;
+                    return Some(c.plain_line.get_or_init(|| line(&json!({"type": ty, "object": obj}))).clone());
+                }
+                classify(spec, c.previous.as_ref(), c.object.as_ref()).map(|(ty, obj)| line(&spec.event(ty, obj.clone())))
             }
+            FeedEvent::Progress(rev) if spec.bookmarks => Some(line(&spec.bookmark(*rev))),
             _ => None,
-        }),
+        }
+    };
+    for ev in backlog {
+        if let Some(l) = line_of(&ev) {
+            if tx.send(Ok(l)).await.is_err() {
+                return;
+            }
+        }
+    }
+    loop {
+        match live.recv().await {
+            Ok(ev) => {
+                if let Some(l) = line_of(&ev) {
+                    if tx.send(Ok(l)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            // Too slow, or the feed ended: the client re-watches from its last version.
+            Err(_) => return,
+        }
     }
 }
