@@ -1,12 +1,16 @@
 //! An in-process cluster of real replicas (RocksDB on temp dirs, gRPC on loopback) for
 //! cluster tests: start, kill (shut down), restart, find the leader, add members.
+//! With [`ClusterOptions::tls`] every replica serves and dials its peers over mutual TLS
+//! with certificates from a per-cluster test CA, and [`TestCluster::client`] gives TLS
+//! clients.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use keelson_client::api::MemberStatus;
-use keelson_client::StoreClient;
+use keelson_client::{PeerTls, StoreClient};
+use keelson_pki::ClusterCa;
 use keelson_replica::{Bootstrap, CompactionPolicy, LogRetention, ReplicaConfig, RunningReplica};
 use tempfile::TempDir;
 
@@ -24,6 +28,9 @@ pub struct ClusterOptions {
     pub log_retention: LogRetention,
     pub compaction: CompactionPolicy,
     pub slow_watcher_timeout: Duration,
+    /// Mutual TLS for all gRPC traffic (default off): a fresh CA per cluster, a serving
+    /// certificate per replica for `127.0.0.1` and `localhost`, TLS clients.
+    pub tls: bool,
 }
 
 impl Default for ClusterOptions {
@@ -33,6 +40,7 @@ impl Default for ClusterOptions {
             // Tests compact explicitly; keep the automatic compactor out of the way.
             compaction: CompactionPolicy { retention: Duration::from_secs(3600), keep_revisions: None, interval: Duration::from_secs(3600) },
             slow_watcher_timeout: Duration::from_secs(30),
+            tls: false,
         }
     }
 }
@@ -42,11 +50,34 @@ struct Slot {
     running: Option<RunningReplica>,
 }
 
+/// The certificates of a TLS test cluster.
+struct TestPki {
+    ca: ClusterCa,
+    /// What [`TestCluster::client`] presents: a client-only certificate of the CA.
+    client: PeerTls,
+}
+
+impl TestPki {
+    fn new() -> anyhow::Result<Self> {
+        let ca = ClusterCa::generate("keelson-test")?;
+        let cert = ca.issue_client("keelson-test-client", &[])?;
+        let client = PeerTls::new(ca.cert_pem(), cert.cert_pem, cert.key_pem);
+        Ok(Self { ca, client })
+    }
+
+    /// A replica's material: serving (and client) certificate for the loopback names.
+    fn replica(&self, name: &str) -> anyhow::Result<PeerTls> {
+        let cert = self.ca.issue_serving(name, &["127.0.0.1".to_string(), "localhost".to_string()])?;
+        Ok(PeerTls::new(self.ca.cert_pem(), cert.cert_pem, cert.key_pem))
+    }
+}
+
 pub struct TestCluster {
     _dir: TempDir,
     slots: Vec<Slot>,
     opts: ClusterOptions,
     dir_path: std::path::PathBuf,
+    pki: Option<TestPki>,
 }
 
 fn free_addr() -> anyhow::Result<SocketAddr> {
@@ -60,7 +91,8 @@ impl TestCluster {
         init_tracing();
         let dir = tempfile::tempdir()?;
         let dir_path = dir.path().to_path_buf();
-        let mut c = Self { _dir: dir, slots: Vec::new(), opts, dir_path };
+        let pki = if opts.tls { Some(TestPki::new()?) } else { None };
+        let mut c = Self { _dir: dir, slots: Vec::new(), opts, dir_path, pki };
         c.add(Bootstrap::ClusterInit).await?;
         c.wait_voters(1).await?;
         for i in 1..n {
@@ -80,6 +112,9 @@ impl TestCluster {
         config.compaction = self.opts.compaction.clone();
         config.slow_watcher_timeout = self.opts.slow_watcher_timeout;
         config.metrics_addr = Some("127.0.0.1:0".parse().expect("address"));
+        if let Some(pki) = &self.pki {
+            config.tls = Some(pki.replica(&name)?);
+        }
         let running = keelson_replica::start(config.clone()).await.with_context(|| format!("starting {name}"))?;
         self.slots.push(Slot { config, running: Some(running) });
         Ok(i)
@@ -110,15 +145,27 @@ impl TestCluster {
         self.slots[i].running.as_ref()
     }
 
-    /// A client that talks only to replica `i`.
+    /// A client that talks only to replica `i` (over TLS in a TLS cluster).
     pub fn client(&self, i: usize) -> StoreClient {
-        StoreClient::new(&[self.addr(i)]).expect("valid address")
+        StoreClient::with_transport(&[self.addr(i)], self.client_tls()).expect("valid address")
     }
 
-    /// A client over every replica, starting at replica `start`.
+    /// A client over every replica, starting at replica `start` (over TLS in a TLS
+    /// cluster).
     pub fn client_all(&self, start: usize) -> StoreClient {
         let eps: Vec<String> = (0..self.len()).map(|i| self.addr(i)).collect();
-        StoreClient::new(&eps).expect("valid addresses").starting_at(start)
+        StoreClient::with_transport(&eps, self.client_tls()).expect("valid addresses").starting_at(start)
+    }
+
+    /// In a TLS cluster, the material [`TestCluster::client`] uses: the cluster CA and a
+    /// client certificate it issued.
+    pub fn client_tls(&self) -> Option<&PeerTls> {
+        self.pki.as_ref().map(|p| &p.client)
+    }
+
+    /// In a TLS cluster, its CA (to issue more certificates).
+    pub fn ca(&self) -> Option<&ClusterCa> {
+        self.pki.as_ref().map(|p| &p.ca)
     }
 
     /// Shuts replica `i` down (its data directory stays).

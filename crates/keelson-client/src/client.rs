@@ -17,6 +17,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::api::*;
+use crate::tls::{PeerTls, TlsError};
 
 /// A client-side failure.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +35,9 @@ pub enum ClientError {
     /// The client was given no endpoints, or one it cannot parse.
     #[error("bad endpoint {0}")]
     BadEndpoint(String),
+    /// The TLS material given to [`StoreClient::with_tls`] is unusable.
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
 }
 
 /// True when a call failed before anything was sent: the channel could not connect, so
@@ -55,7 +59,8 @@ impl ClientError {
     }
 }
 
-/// A store client over a fixed list of replica endpoints (`host:port`).
+/// A store client over a fixed list of replica endpoints (`host:port`), plaintext or
+/// mutual TLS (see [`crate::tls`]).
 #[derive(Clone)]
 pub struct StoreClient {
     endpoints: Arc<Vec<(String, Channel)>>,
@@ -63,20 +68,46 @@ pub struct StoreClient {
 }
 
 impl StoreClient {
-    /// Creates a client; connections are made lazily. `endpoints[0]` is tried first.
+    /// Creates a plaintext client (`http://`); connections are made lazily.
+    /// `endpoints[0]` is tried first.
     pub fn new<S: AsRef<str>>(endpoints: &[S]) -> Result<Self, ClientError> {
+        Self::with_transport(endpoints, None)
+    }
+
+    /// Creates a client that speaks mutual TLS to every replica (`https://`): it trusts
+    /// only `tls.ca_pem`, checks each replica's certificate against the host part of its
+    /// endpoint (DNS name or IP SAN) and presents `tls.cert_pem` as its identity.
+    /// Connections are made lazily; `endpoints[0]` is tried first. Fails with
+    /// [`ClientError::Tls`] when the PEM material is unusable.
+    pub fn with_tls<S: AsRef<str>>(endpoints: &[S], tls: &PeerTls) -> Result<Self, ClientError> {
+        Self::with_transport(endpoints, Some(tls))
+    }
+
+    /// [`StoreClient::with_tls`] when `tls` is set, else [`StoreClient::new`].
+    pub fn with_transport<S: AsRef<str>>(endpoints: &[S], tls: Option<&PeerTls>) -> Result<Self, ClientError> {
         if endpoints.is_empty() {
             return Err(ClientError::BadEndpoint("(none given)".into()));
         }
+        let tls_config = match tls {
+            Some(t) => {
+                t.validate()?;
+                Some(t.client_config())
+            }
+            None => None,
+        };
+        let scheme = if tls_config.is_some() { "https" } else { "http" };
         let mut chans = Vec::new();
         for e in endpoints {
-            let e = e.as_ref().trim_start_matches("http://").to_string();
-            let ch = Endpoint::from_shared(format!("http://{e}"))
+            let e = e.as_ref();
+            let e = e.strip_prefix(&format!("{scheme}://")).unwrap_or(e).to_string();
+            let mut ep = Endpoint::from_shared(format!("{scheme}://{e}"))
                 .map_err(|_| ClientError::BadEndpoint(e.clone()))?
                 .connect_timeout(Duration::from_millis(500))
-                .tcp_nodelay(true)
-                .connect_lazy();
-            chans.push((e, ch));
+                .tcp_nodelay(true);
+            if let Some(c) = &tls_config {
+                ep = ep.tls_config(c.clone()).map_err(|err| ClientError::BadEndpoint(format!("{e}: {err}")))?;
+            }
+            chans.push((e, ep.connect_lazy()));
         }
         Ok(Self { endpoints: Arc::new(chans), current: Arc::new(AtomicUsize::new(0)) })
     }

@@ -1,5 +1,8 @@
 //! The Raft transport's client side: openraft's `RaftNetworkV2` over tonic gRPC.
 //!
+//! Peers are dialed plaintext or with TLS, as the [`PeerDialer`] given to the
+//! [`GrpcNetworkFactory`] says.
+//!
 //! API boundary: this module and [`crate::transport_service`] alone know how Raft
 //! messages travel between replicas.
 
@@ -14,7 +17,7 @@ use openraft::network::v2::RaftNetworkV2;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
 use openraft::OptionalSend;
 use tokio::io::AsyncReadExt;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::snapshot_file::SnapshotFile;
 use crate::types::{KeelsonRaft, MemberNode, NodeId, Vote};
@@ -25,25 +28,73 @@ type Snapshot = openraft::alias::SnapshotOf<KeelsonRaft, SnapshotFile>;
 /// Size of one snapshot chunk on the wire.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
 
-/// Opens a (lazily connected) gRPC channel to a replica's `host:port`.
+/// Opens a (lazily connected) plaintext gRPC channel to a replica's `host:port`.
 pub fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
-    Ok(Endpoint::from_shared(format!("http://{addr}"))?
-        .connect_timeout(Duration::from_millis(500))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(5))
-        .keep_alive_timeout(Duration::from_secs(5))
-        .connect_lazy())
+    PeerDialer::plaintext().channel(addr)
 }
 
-/// Creates one [`GrpcPeer`] per replication target.
+/// How a replica dials its peers: plaintext (`http://`) or TLS (`https://`).
+///
+/// With TLS, every channel uses the one [`ClientTlsConfig`] given (trusted CA and this
+/// replica's client identity); the server name checked is the host part of the peer's
+/// address (a DNS name, or an IP address matched against the certificate's IP SANs).
+#[derive(Clone, Debug, Default)]
+pub struct PeerDialer {
+    tls: Option<ClientTlsConfig>,
+}
+
+impl PeerDialer {
+    /// Plaintext channels (the default).
+    pub fn plaintext() -> Self {
+        Self { tls: None }
+    }
+
+    /// TLS channels with `config`. Leave its domain name unset: each channel checks the
+    /// host it dials.
+    pub fn tls(config: ClientTlsConfig) -> Self {
+        Self { tls: Some(config) }
+    }
+
+    /// Whether channels use TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// Opens a lazily connected channel to a replica's `host:port`. Fails only when the
+    /// address or the TLS configuration is unusable; unreachable peers fail per call.
+    pub fn channel(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut ep = Endpoint::from_shared(format!("{scheme}://{addr}"))?
+            .connect_timeout(Duration::from_millis(500))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .keep_alive_timeout(Duration::from_secs(5));
+        if let Some(tls) = &self.tls {
+            ep = ep.tls_config(tls.clone())?;
+        }
+        Ok(ep.connect_lazy())
+    }
+}
+
+/// Creates one [`GrpcPeer`] per replication target; its channels come from the
+/// factory's [`PeerDialer`] (plaintext by default).
 #[derive(Clone, Default)]
-pub struct GrpcNetworkFactory;
+pub struct GrpcNetworkFactory {
+    dialer: PeerDialer,
+}
+
+impl GrpcNetworkFactory {
+    /// A factory whose peers are dialed with `dialer`.
+    pub fn new(dialer: PeerDialer) -> Self {
+        Self { dialer }
+    }
+}
 
 impl RaftNetworkFactory<KeelsonRaft> for GrpcNetworkFactory {
     type Network = GrpcPeer;
 
     async fn new_client(&mut self, target: NodeId, node: &MemberNode) -> GrpcPeer {
-        GrpcPeer { target, addr: node.raft_addr.clone(), client: None }
+        GrpcPeer { target, addr: node.raft_addr.clone(), dialer: self.dialer.clone(), client: None }
     }
 }
 
@@ -51,13 +102,14 @@ impl RaftNetworkFactory<KeelsonRaft> for GrpcNetworkFactory {
 pub struct GrpcPeer {
     target: NodeId,
     addr: String,
+    dialer: PeerDialer,
     client: Option<RaftTransportClient<Channel>>,
 }
 
 impl GrpcPeer {
     fn client(&mut self) -> Result<RaftTransportClient<Channel>, RPCError<KeelsonRaft>> {
         if self.client.is_none() {
-            let ch = channel(&self.addr).map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+            let ch = self.dialer.channel(&self.addr).map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
             self.client = Some(
                 RaftTransportClient::new(ch)
                     .max_decoding_message_size(256 << 20)

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use keelson_client::tls::PeerTls;
 use keelson_mvcc::Revision;
 
 /// How a replica comes into its cluster the first time it starts. A replica whose data
@@ -57,6 +58,15 @@ pub struct ReplicaConfig {
     /// How long a watch stream may stay full (client not reading) before the watcher is
     /// canceled with the revision to resume from.
     pub slow_watcher_timeout: Duration,
+    /// Mutual TLS for all gRPC traffic, `None` = plaintext (the default). When set:
+    /// the server accepts only clients presenting a certificate signed by `tls.ca_pem`
+    /// (peers and store clients alike), serves `tls.cert_pem`, and every call this
+    /// replica makes to a peer (Raft RPCs and snapshots, forwarded writes, ReadIndex,
+    /// membership, joining) uses TLS with `tls.cert_pem` as its client identity. The
+    /// certificate therefore needs both ServerAuth and ClientAuth and a SAN for the host
+    /// part of `advertise_addr` (or of the listen address when that is what peers dial);
+    /// all replicas of a cluster must agree on TLS or not.
+    pub tls: Option<PeerTls>,
 }
 
 impl ReplicaConfig {
@@ -72,7 +82,14 @@ impl ReplicaConfig {
             cluster_name: "keelson".into(),
             log_retention: keelson_raft::LogRetention::default(),
             slow_watcher_timeout: crate::watch::SLOW_WATCHER_TIMEOUT,
+            tls: None,
         }
+    }
+
+    /// The same configuration with mutual TLS (see [`ReplicaConfig::tls`]).
+    pub fn with_tls(mut self, tls: PeerTls) -> Self {
+        self.tls = Some(tls);
+        self
     }
 }
 

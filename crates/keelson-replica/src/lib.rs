@@ -1,7 +1,8 @@
 //! One Keelson server replica.
 //!
 //! - [`server::start`] opens RocksDB (log + state), starts openraft and serves the Raft
-//!   transport, store and cluster gRPC services on one port;
+//!   transport, store and cluster gRPC services on one port, plaintext or mutual TLS
+//!   ([`ReplicaConfig::tls`]);
 //! - [`Replica`] holds the operations every replica serves: writes (forwarded to the
 //!   leader), linearizable or serializable reads, watches, compaction, membership;
 //! - background tasks: batched ReadIndex, the leader's compactor, the metrics endpoint.
@@ -22,6 +23,7 @@ pub mod stats;
 mod watch;
 
 pub use config::{Bootstrap, CompactionPolicy, ReplicaConfig};
+pub use keelson_client::tls::PeerTls;
 pub use keelson_raft::LogRetention;
 pub use replica::Replica;
 pub use server::{start, RunningReplica, StartError};

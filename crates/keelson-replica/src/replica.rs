@@ -17,6 +17,7 @@ use keelson_client::api::*;
 use keelson_mvcc::{Command, CommandResponse, MvccError, RangeRequest, RejectReason, Revision, TxnRequest};
 use keelson_proto::v1::cluster_client::ClusterClient;
 use keelson_proto::v1::store_client::StoreClient as GrpcStore;
+use keelson_raft::network::PeerDialer;
 use keelson_raft::{KeelsonRaftNode, LogCommand, MemberNode, NodeId, StateHandle};
 use keelson_rocks::RocksBackend;
 use openraft::async_runtime::WatchReceiver;
@@ -52,19 +53,24 @@ pub(crate) struct ReplicaInner {
     pub stats: ReplicaStats,
 }
 
-/// Cached gRPC channels to other replicas, by address.
-#[derive(Default)]
+/// Cached gRPC channels to other replicas, by address, dialed as the replica's
+/// [`PeerDialer`] says (plaintext or mutual TLS).
 pub(crate) struct PeerChannels {
+    dialer: PeerDialer,
     chans: std::sync::Mutex<std::collections::HashMap<String, Channel>>,
 }
 
 impl PeerChannels {
+    pub fn new(dialer: PeerDialer) -> Self {
+        Self { dialer, chans: Default::default() }
+    }
+
     pub fn get(&self, addr: &str) -> Result<Channel, StoreError> {
         let mut chans = self.chans.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(ch) = chans.get(addr) {
             return Ok(ch.clone());
         }
-        let ch = keelson_raft::network::channel(addr).map_err(|e| StoreError::Unavailable(format!("{addr}: {e}")))?;
+        let ch = self.dialer.channel(addr).map_err(|e| StoreError::Unavailable(format!("{addr}: {e}")))?;
         chans.insert(addr.to_string(), ch.clone());
         Ok(ch)
     }

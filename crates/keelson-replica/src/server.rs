@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keelson_client::api::MemberAddCall;
-use keelson_client::StoreClient;
+use keelson_client::{PeerTls, StoreClient};
 use keelson_mvcc::MvccStore;
 use keelson_proto::v1::cluster_server::ClusterServer;
 use keelson_proto::v1::raft_transport_server::RaftTransportServer;
 use keelson_proto::v1::store_server::StoreServer;
-use keelson_raft::network::GrpcNetworkFactory;
+use keelson_raft::network::{GrpcNetworkFactory, PeerDialer};
 use keelson_raft::transport_service::RaftTransportService;
 use keelson_raft::{KeelsonStateMachine, MemberNode};
 use keelson_rocks::{open_db, RocksBackend, RocksLogStore};
@@ -37,6 +37,9 @@ pub enum StartError {
     Raft(String),
     #[error("{0}")]
     Bootstrap(String),
+    /// The TLS material in [`ReplicaConfig::tls`] is unusable.
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 /// A started replica; dropping it does not stop it, [`RunningReplica::shutdown`] does.
@@ -68,7 +71,21 @@ impl RunningReplica {
 
 /// Starts a replica as configured. Returns once it serves; joining a cluster continues in
 /// the background (watch `keelson status`).
+///
+/// With [`ReplicaConfig::tls`] the gRPC port speaks only mutual TLS and every outgoing
+/// call to a peer uses TLS; unusable TLS material fails here with [`StartError::Tls`]
+/// before anything is opened.
 pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
+    let tls_err = |e: &dyn std::fmt::Display| StartError::Tls(e.to_string());
+    let mut server = tonic::transport::Server::builder().tcp_nodelay(true);
+    let dialer = match &cfg.tls {
+        Some(tls) => {
+            tls.validate().map_err(|e| tls_err(&e))?;
+            server = server.tls_config(tls.server_config()).map_err(|e| tls_err(&e))?;
+            PeerDialer::tls(tls.client_config())
+        }
+        None => PeerDialer::plaintext(),
+    };
     let dir_err = |source| StartError::DataDir { path: cfg.data_dir.display().to_string(), source };
     std::fs::create_dir_all(&cfg.data_dir).map_err(dir_err)?;
     let (ident, fresh) = identity::load_or_create(&cfg.data_dir, &cfg.name).map_err(dir_err)?;
@@ -96,7 +113,7 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
     let raft_config = Arc::new(
         keelson_raft::default_config(&cfg.cluster_name, cfg.log_retention).validate().map_err(|e| StartError::Raft(e.to_string()))?,
     );
-    let raft = openraft::Raft::new(ident.id, raft_config, GrpcNetworkFactory, log_store, sm)
+    let raft = openraft::Raft::new(ident.id, raft_config, GrpcNetworkFactory::new(dialer.clone()), log_store, sm)
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
 
@@ -112,15 +129,14 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
             state,
             read_index,
             forwarder,
-            peers: PeerChannels::default(),
+            peers: PeerChannels::new(dialer),
             stats: ReplicaStats::default(),
         }),
     };
 
     let mut tasks = Vec::new();
     let transport = RaftTransportService::new(raft.clone(), cfg.data_dir.join("snapshots").join("incoming"));
-    let grpc = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
+    let grpc = server
         .add_service(
             RaftTransportServer::new(transport).max_decoding_message_size(256 << 20).max_encoding_message_size(256 << 20),
         )
@@ -164,7 +180,7 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
         }
         (Bootstrap::Join(peer), false) => {
             let call = MemberAddCall { id: ident.id, name: ident.name.clone(), addr: addr.clone() };
-            tasks.push(tokio::spawn(join(peer.clone(), call, shutdown.clone())));
+            tasks.push(tokio::spawn(join(peer.clone(), cfg.tls.clone(), call, shutdown.clone())));
         }
         (Bootstrap::Resume, false) => {
             // Identity exists but Raft was never initialized: a join that never finished.
@@ -174,9 +190,10 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
     Ok(RunningReplica { replica, shutdown, tasks, metrics_addr })
 }
 
-/// Asks the cluster at `peer` to add this replica, retrying until it succeeds.
-async fn join(peer: String, call: MemberAddCall, shutdown: CancellationToken) {
-    let client = match StoreClient::new(&[peer.as_str()]) {
+/// Asks the cluster at `peer` to add this replica (over TLS when `tls` is set), retrying
+/// until it succeeds.
+async fn join(peer: String, tls: Option<PeerTls>, call: MemberAddCall, shutdown: CancellationToken) {
+    let client = match StoreClient::with_transport(&[peer.as_str()], tls.as_ref()) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot join");
