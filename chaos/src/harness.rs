@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use keelson_client::StoreClient;
+use keelson_client::{PeerTls, StoreClient};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -45,6 +45,8 @@ pub struct Harness {
     events: Vec<NemesisEvent>,
     log: Option<File>,
     state: Arc<Mutex<CleanupState>>,
+    /// The admin identity for the servers' mutual TLS.
+    tls: PeerTls,
 }
 
 fn loud(run: &str, msg: &str) {
@@ -92,7 +94,18 @@ impl Harness {
         cleanup::register(&state);
         let log_path = spec.dir.join("nemesis.log");
         let log = File::create(&log_path).map_err(ChaosError::io(log_path.display().to_string()))?;
+        // The cluster's key material exists before any server starts; the harness talks
+        // to the servers as the cluster admin (their gRPC port requires mutual TLS).
+        let pki = spec.dir.join("pki");
+        let pki_err = |e: keelson_pki::PkiError| ChaosError::Cluster(format!("cluster certificates: {e}"));
+        let material = keelson_pki::ClusterMaterial::load_or_create(&pki, "keelson").map_err(pki_err)?;
+        let admin = material
+            .ca
+            .load_or_issue(&pki, "admin", |ca| ca.issue_client(keelson_pki::ADMIN_USER, &[keelson_pki::ADMIN_GROUP]))
+            .map_err(pki_err)?;
+        let tls = PeerTls::new(material.ca.cert_pem(), admin.cert_pem, admin.key_pem);
         let mut h = Harness {
+            tls,
             rng: StdRng::seed_from_u64(spec.seed),
             mode,
             run_id: run_id.clone(),
@@ -190,7 +203,7 @@ impl Harness {
         }
         self.wait_voters(self.nodes.len(), deadline).await?;
         self.wait_healthy(deadline.saturating_duration_since(Instant::now())).await?;
-        for (i, st) in node::statuses(self.live_targets()).await {
+        for (i, st) in node::statuses(self.live_targets(), self.tls.clone()).await {
             self.nodes[i].id = st.map(|s| s.id);
         }
         Ok(())
@@ -198,7 +211,7 @@ impl Harness {
 
     /// Waits until some server reports a leader and `n` voters.
     async fn wait_voters(&self, n: usize, deadline: Instant) -> Result<(), ChaosError> {
-        let client = StoreClient::new(&self.endpoints()).map_err(|e| ChaosError::Cluster(e.to_string()))?;
+        let client = StoreClient::with_tls(&self.endpoints(), &self.tls).map_err(|e| ChaosError::Cluster(e.to_string()))?;
         loop {
             for _ in 0..self.nodes.len() {
                 if let Ok(Ok(list)) = tokio::time::timeout(node::STATUS_TIMEOUT, client.member_list()).await {
@@ -231,6 +244,16 @@ impl Harness {
     }
 
     /// Client-reachable `host:port` of every server, in index order.
+    /// The admin identity the servers' store port accepts (mutual TLS).
+    pub fn tls(&self) -> &PeerTls {
+        &self.tls
+    }
+
+    /// A store client over every server, as the cluster admin.
+    pub fn store_client(&self) -> Result<StoreClient, ChaosError> {
+        StoreClient::with_tls(&self.endpoints(), &self.tls).map_err(|e| ChaosError::Cluster(e.to_string()))
+    }
+
     /// The Kubernetes API address (`ip:port`, HTTPS) of every server.
     pub fn api_endpoints(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.api_addr.clone()).collect()
@@ -312,7 +335,7 @@ impl Harness {
     /// The server that leads: among running, unpaused servers claiming leadership, the one
     /// with the highest term. `None` when none claims it.
     pub async fn leader(&self) -> Option<usize> {
-        node::statuses(self.live_targets())
+        node::statuses(self.live_targets(), self.tls.clone())
             .await
             .into_iter()
             .filter_map(|(i, s)| s.filter(|s| s.role == "leader").map(|s| (s.term, i)))
@@ -325,7 +348,7 @@ impl Harness {
     pub async fn wait_healthy(&self, timeout: Duration) -> Result<(), ChaosError> {
         let deadline = Instant::now() + timeout;
         loop {
-            let sts = node::statuses(self.live_targets()).await;
+            let sts = node::statuses(self.live_targets(), self.tls.clone()).await;
             let why = if sts.is_empty() {
                 "no server is running".to_string()
             } else if let Some((i, _)) = sts.iter().find(|(_, s)| s.is_none()) {
@@ -568,14 +591,14 @@ impl Harness {
     /// it knows the leader. Returns the old and new member ids.
     async fn remove_and_readd(&mut self, i: usize) -> Result<(u64, u64), ChaosError> {
         let deadline = Instant::now() + Duration::from_secs(60);
-        let old = match node::status(&self.nodes[i].addr).await {
+        let old = match node::status(&self.nodes[i].addr, &self.tls).await {
             Some(s) => s.id,
             None => self.nodes[i].id.ok_or_else(|| ChaosError::NotReady(format!("n{i}'s member id is unknown")))?,
         };
         let peers: Vec<String> =
             self.nodes.iter().filter(|n| n.index != i && n.live()).map(|n| n.addr.clone()).collect();
         let client =
-            StoreClient::new(&peers).map_err(|_| ChaosError::NotReady(format!("no live server besides n{i}")))?;
+            StoreClient::with_tls(&peers, &self.tls).map_err(|_| ChaosError::NotReady(format!("no live server besides n{i}")))?;
         loop {
             match tokio::time::timeout(Duration::from_secs(5), client.member_remove(old)).await {
                 Ok(Ok(_)) => break,
@@ -601,7 +624,7 @@ impl Harness {
         loop {
             if let Ok(Ok(list)) = tokio::time::timeout(node::STATUS_TIMEOUT, client.member_list()).await {
                 if let Some(m) = list.members.iter().find(|m| m.addr == addr && m.voter && m.id != old) {
-                    if node::status(&addr).await.is_some_and(|s| s.id == m.id && s.leader.is_some()) {
+                    if node::status(&addr, &self.tls).await.is_some_and(|s| s.id == m.id && s.leader.is_some()) {
                         self.nodes[i].needs_join = false;
                         self.nodes[i].id = Some(m.id);
                         return Ok((old, m.id));

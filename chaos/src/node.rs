@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use keelson_client::api::MemberStatus;
-use keelson_client::StoreClient;
+use keelson_client::{PeerTls, StoreClient};
 
 use crate::cmd;
 use crate::ChaosError;
@@ -224,16 +224,17 @@ async fn reap(child: &mut Child, timeout: Duration) -> bool {
 
 /// The server at `addr`'s own status, or `None` if it does not answer within
 /// [`STATUS_TIMEOUT`].
-pub(crate) async fn status(addr: &str) -> Option<MemberStatus> {
-    let client = StoreClient::new(&[addr]).ok()?;
+pub(crate) async fn status(addr: &str, tls: &PeerTls) -> Option<MemberStatus> {
+    let client = StoreClient::with_tls(&[addr], tls).ok()?;
     tokio::time::timeout(STATUS_TIMEOUT, client.status()).await.ok()?.ok()
 }
 
 /// Statuses of `(index, addr)` servers, asked concurrently.
-pub(crate) async fn statuses(targets: Vec<(usize, String)>) -> Vec<(usize, Option<MemberStatus>)> {
+pub(crate) async fn statuses(targets: Vec<(usize, String)>, tls: PeerTls) -> Vec<(usize, Option<MemberStatus>)> {
     let mut set = tokio::task::JoinSet::new();
     for (i, addr) in targets {
-        set.spawn(async move { (i, status(&addr).await) });
+        let tls = tls.clone();
+        set.spawn(async move { (i, status(&addr, &tls).await) });
     }
     let mut out = Vec::new();
     while let Some(r) = set.join_next().await {

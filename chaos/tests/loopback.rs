@@ -22,7 +22,7 @@ async fn loopback_kill_restart_membership_and_unsupported_partitions() -> anyhow
     for (i, ep) in eps.iter().enumerate() {
         assert!(ep.starts_with(&format!("127.0.0.{}:", 10 + i)), "{ep}");
     }
-    put_retry(&eps, "/a", "1", SECS(5)).await?;
+    put_retry(h.tls(), &eps, "/a", "1", SECS(5)).await?;
 
     // Network faults are unsupported, loudly, and recorded as failed events.
     for f in [
@@ -46,19 +46,19 @@ async fn loopback_kill_restart_membership_and_unsupported_partitions() -> anyhow
     assert!(ev.what.starts_with(&format!("kill n{leader}")), "{ev:?}");
     h.wait_healthy(SECS(15)).await?;
     assert_ne!(h.leader().await, Some(leader));
-    put_retry(&eps, "/b", "2", SECS(10)).await?;
+    put_retry(h.tls(), &eps, "/b", "2", SECS(10)).await?;
     h.apply(Fault::Restart(leader)).await?;
     h.wait_healthy(SECS(15)).await?;
-    assert_eq!(get_on(&eps[leader], "/b", SECS(10)).await?.as_deref(), Some("2"));
+    assert_eq!(get_on(h.tls(), &eps[leader], "/b", SECS(10)).await?.as_deref(), Some("2"));
 
     // Membership: remove a follower, wipe it, re-join; then restart everyone in turn.
     let follower = (h.leader().await.expect("a leader") + 1) % 3;
     let ev = h.apply(Fault::RemoveAndReadd(Target::Node(follower))).await?;
     assert!(ev.what.contains("voter again"), "{ev:?}");
     h.wait_healthy(SECS(15)).await?;
-    assert_eq!(get_on(&eps[follower], "/b", SECS(10)).await?.as_deref(), Some("2"), "the re-added member has the data");
+    assert_eq!(get_on(h.tls(), &eps[follower], "/b", SECS(10)).await?.as_deref(), Some("2"), "the re-added member has the data");
     h.apply(Fault::RollingRestart).await?;
-    put_retry(&eps, "/c", "3", SECS(10)).await?;
+    put_retry(h.tls(), &eps, "/c", "3", SECS(10)).await?;
     assert_eq!(h.events().iter().filter(|e| e.ok).count(), 5);
 
     h.shutdown().await?;

@@ -61,10 +61,10 @@ async fn netns_partitions_kills_pauses_and_cleanup() -> anyhow::Result<()> {
 
     // put/get through each endpoint on its own.
     for (i, ep) in eps.iter().enumerate() {
-        let c = StoreClient::new(&[ep])?;
+        let c = StoreClient::with_tls(&[ep], h.tls())?;
         c.put(format!("/each/{i}").as_bytes(), b"v").await.with_context(|| format!("put via {ep}"))?;
         for other in &eps {
-            assert_eq!(get_on(other, &format!("/each/{i}"), SECS(5)).await?.as_deref(), Some("v"));
+            assert_eq!(get_on(h.tls(), other, &format!("/each/{i}"), SECS(5)).await?.as_deref(), Some("v"));
         }
     }
 
@@ -78,14 +78,14 @@ async fn netns_partitions_kills_pauses_and_cleanup() -> anyhow::Result<()> {
     assert!(peer_addrs.iter().all(|a| rules.contains(a.as_str())), "{rules}");
     let leader = new_leader(&h, old, SECS(15)).await?;
     eprintln!("isolated n{old}; new leader n{leader} after {:.1?}", t0.elapsed());
-    let stuck = tokio::time::timeout(SECS(3), StoreClient::new(&[&eps[old]])?.put(b"/isolated", b"lost")).await;
+    let stuck = tokio::time::timeout(SECS(3), StoreClient::with_tls(&[&eps[old]], h.tls())?.put(b"/isolated", b"lost")).await;
     assert!(!matches!(stuck, Ok(Ok(_))), "a put on the isolated old leader succeeded: {stuck:?}");
     let majority: Vec<String> = (0..3).filter(|&j| j != old).map(|j| eps[j].clone()).collect();
-    put_retry(&majority, "/majority", "yes", SECS(10)).await?;
+    put_retry(h.tls(), &majority, "/majority", "yes", SECS(10)).await?;
     h.apply(Fault::HealNetwork).await?;
     assert!(h.ruleset(old).await.is_none(), "heal deletes the table");
     h.wait_healthy(SECS(20)).await?;
-    assert_eq!(get_on(&eps[old], "/majority", SECS(10)).await?.as_deref(), Some("yes"));
+    assert_eq!(get_on(h.tls(), &eps[old], "/majority", SECS(10)).await?.as_deref(), Some("yes"));
     eprintln!("healed after {:.1?}", t0.elapsed());
 
     // Kill the leader, a new one takes over, restart it and it catches up.
@@ -94,10 +94,10 @@ async fn netns_partitions_kills_pauses_and_cleanup() -> anyhow::Result<()> {
     assert!(ev.what.starts_with(&format!("kill n{killed}")), "{ev:?}");
     assert!(h.pids()[killed].is_none());
     new_leader(&h, killed, SECS(15)).await?;
-    put_retry(&eps, "/while-killed", "1", SECS(10)).await?;
+    put_retry(h.tls(), &eps, "/while-killed", "1", SECS(10)).await?;
     h.apply(Fault::Restart(killed)).await?;
     h.wait_healthy(SECS(20)).await?;
-    assert_eq!(get_on(&eps[killed], "/while-killed", SECS(10)).await?.as_deref(), Some("1"));
+    assert_eq!(get_on(h.tls(), &eps[killed], "/while-killed", SECS(10)).await?.as_deref(), Some("1"));
     eprintln!("kill/restart done after {:.1?}", t0.elapsed());
 
     // Pause a server (SIGSTOP), write meanwhile, resume it.
@@ -105,11 +105,11 @@ async fn netns_partitions_kills_pauses_and_cleanup() -> anyhow::Result<()> {
     h.apply(Fault::Pause(Target::Node(paused))).await?;
     let pid = h.pids()[paused].context("paused pid")?;
     assert_eq!(proc_state(pid), Some('T'), "stopped");
-    put_retry(&eps, "/while-paused", "1", SECS(10)).await?;
+    put_retry(h.tls(), &eps, "/while-paused", "1", SECS(10)).await?;
     h.apply(Fault::Resume(paused)).await?;
     assert_ne!(proc_state(pid), Some('T'));
     h.wait_healthy(SECS(20)).await?;
-    assert_eq!(get_on(&eps[paused], "/while-paused", SECS(10)).await?.as_deref(), Some("1"));
+    assert_eq!(get_on(h.tls(), &eps[paused], "/while-paused", SECS(10)).await?.as_deref(), Some("1"));
     eprintln!("pause/resume done after {:.1?}", t0.elapsed());
 
     // One-way loss from the leader to a follower: rules only on those two, cluster works.
@@ -124,7 +124,7 @@ async fn netns_partitions_kills_pauses_and_cleanup() -> anyhow::Result<()> {
     let inp = h.ruleset(to).await.context("table on `to`")?;
     assert!(inp.contains(&format!("ip saddr {from_ip} drop")) && !inp.contains("daddr"), "{inp}");
     assert!(h.ruleset(third).await.is_none());
-    put_retry(&eps, "/one-way", "1", SECS(15)).await?;
+    put_retry(h.tls(), &eps, "/one-way", "1", SECS(15)).await?;
     h.apply(Fault::HealNetwork).await?;
     h.wait_healthy(SECS(20)).await?;
     eprintln!("one-way loss done after {:.1?}", t0.elapsed());
@@ -132,11 +132,11 @@ async fn netns_partitions_kills_pauses_and_cleanup() -> anyhow::Result<()> {
     // Split and bridge load into nftables and keep a majority.
     h.apply(Fault::SplitHalves).await?;
     assert_eq!(servers_with_rules(&h).await, 3, "every server is cut from someone");
-    put_retry(&eps, "/split", "1", SECS(15)).await?;
+    put_retry(h.tls(), &eps, "/split", "1", SECS(15)).await?;
     h.apply(Fault::HealNetwork).await?;
     h.apply(Fault::Bridge).await?;
     assert_eq!(servers_with_rules(&h).await, 2, "the bridge node has no rules");
-    put_retry(&eps, "/bridge", "1", SECS(15)).await?;
+    put_retry(h.tls(), &eps, "/bridge", "1", SECS(15)).await?;
     h.apply(Fault::HealNetwork).await?;
     h.wait_healthy(SECS(20)).await?;
 
@@ -144,7 +144,7 @@ async fn netns_partitions_kills_pauses_and_cleanup() -> anyhow::Result<()> {
     let lat = h.apply(Fault::Latency { millis: 50 }).await;
     if h.supports(&Fault::Latency { millis: 50 }) {
         lat?;
-        put_retry(&eps, "/slow", "1", SECS(15)).await?;
+        put_retry(h.tls(), &eps, "/slow", "1", SECS(15)).await?;
         h.apply(Fault::HealNetwork).await?;
         eprintln!("latency (netem) works");
     } else {
@@ -187,6 +187,7 @@ async fn netns_nemesis_schedule_then_drop_cleans_up() -> anyhow::Result<()> {
     let t0 = Instant::now();
     let tmp = tempfile::tempdir()?;
     let h = Harness::start(spec(3, tmp.path(), Isolation::Auto, 5)).await?;
+    let tls = h.tls().clone();
     assert_eq!(h.isolation(), Isolation::Netns, "Auto picks Netns as root");
     let run = format!("kc{}", h.run_id());
     let eps = h.endpoints();
@@ -203,7 +204,7 @@ async fn netns_nemesis_schedule_then_drop_cleans_up() -> anyhow::Result<()> {
         tokio::spawn(keelson_chaos::run_nemesis(h.clone(), families, Duration::from_millis(800), 17, stop.clone()));
     let writer = {
         let stop = stop.clone();
-        let client = StoreClient::new(&eps)?;
+        let client = StoreClient::with_tls(&eps, &tls)?;
         tokio::spawn(async move {
             let (mut ok, mut i) = (0u32, 0u32);
             while !stop.is_cancelled() {
@@ -231,7 +232,7 @@ async fn netns_nemesis_schedule_then_drop_cleans_up() -> anyhow::Result<()> {
         g.apply(Fault::HealAll).await?;
         g.wait_healthy(SECS(30)).await?;
     }
-    put_retry(&eps, "/after", "1", SECS(10)).await?;
+    put_retry(&tls, &eps, "/after", "1", SECS(10)).await?;
     let h = Arc::try_unwrap(h).map_err(|_| anyhow::anyhow!("harness still shared"))?.into_inner();
     drop(h);
     assert!(namespaces_mentioning(&run)?.is_empty(), "namespaces left after drop");

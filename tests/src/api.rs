@@ -86,6 +86,7 @@ impl ApiCluster {
             key_pem: serving.key_pem,
             client_ca_pem: self.ca.cert_pem().to_string(),
             store_endpoint: self.store.addr(i),
+            store_tls: self.store.client_tls().cloned(),
             secrets_key: Some(self.secrets_key.clone()),
             service_account_key_pem: Some(self.sa_key.clone()),
             token_auth_file: self.opts.token_file.clone(),

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use keelson_chaos::{HarnessSpec, Isolation};
-use keelson_client::StoreClient;
+use keelson_client::{PeerTls, StoreClient};
 
 /// The `keelson` binary: `$KEELSON_BIN`, else next to the test executable's target
 /// directory, `$CARGO_TARGET_DIR/debug`, or the workspace's `target/debug`. Panics with
@@ -44,8 +44,8 @@ pub fn spec(servers: usize, dir: &Path, isolation: Isolation, seed: u64) -> Harn
 }
 
 /// Puts through `endpoints` (retrying for ≤ `timeout` on failures, e.g. during elections).
-pub async fn put_retry(endpoints: &[String], key: &str, value: &str, timeout: Duration) -> anyhow::Result<()> {
-    let client = StoreClient::new(endpoints)?;
+pub async fn put_retry(tls: &PeerTls, endpoints: &[String], key: &str, value: &str, timeout: Duration) -> anyhow::Result<()> {
+    let client = StoreClient::with_tls(endpoints, tls)?;
     let deadline = Instant::now() + timeout;
     loop {
         match tokio::time::timeout(Duration::from_secs(2), client.put(key.as_bytes(), value.as_bytes())).await {
@@ -62,8 +62,8 @@ pub async fn put_retry(endpoints: &[String], key: &str, value: &str, timeout: Du
 }
 
 /// Linearizable get of `key` on the one server `endpoint` (retrying ≤ `timeout`).
-pub async fn get_on(endpoint: &str, key: &str, timeout: Duration) -> anyhow::Result<Option<String>> {
-    let client = StoreClient::new(&[endpoint])?;
+pub async fn get_on(tls: &PeerTls, endpoint: &str, key: &str, timeout: Duration) -> anyhow::Result<Option<String>> {
+    let client = StoreClient::with_tls(&[endpoint], tls)?;
     let deadline = Instant::now() + timeout;
     loop {
         match tokio::time::timeout(Duration::from_secs(2), client.get(key.as_bytes())).await {

@@ -70,6 +70,10 @@ pub struct Target {
     /// A `keelson up` directory; its cluster.json gives the servers.
     #[arg(long)]
     cluster_dir: Option<PathBuf>,
+    /// The cluster PKI directory holding ca.crt and admin.crt/admin.key (default:
+    /// CLUSTER_DIR/pki, or keelson-data/pki with --server).
+    #[arg(long)]
+    pki_dir: Option<PathBuf>,
 }
 
 impl Target {
@@ -89,8 +93,19 @@ impl Target {
         }
     }
 
+    /// The admin identity for the servers' mutual TLS, if the PKI directory has one.
+    fn tls(&self) -> anyhow::Result<Option<keelson_client::PeerTls>> {
+        let dir = match (&self.pki_dir, &self.cluster_dir, &self.server) {
+            (Some(p), _, _) => p.clone(),
+            (None, Some(c), _) => c.join("pki"),
+            (None, None, Some(_)) => PathBuf::from("keelson-data").join("pki"),
+            (None, None, None) => PathBuf::from(DEFAULT_CLUSTER_DIR).join("pki"),
+        };
+        Ok(keelson_client::tls::admin_tls(&dir)?)
+    }
+
     fn client(&self) -> anyhow::Result<StoreClient> {
-        Ok(StoreClient::new(&self.endpoints()?)?)
+        Ok(StoreClient::with_transport(&self.endpoints()?, self.tls()?.as_ref())?)
     }
 }
 
@@ -118,7 +133,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
     let list = list.context("no server answered")?;
     let mut rows: Vec<(u64, String, String, Result<MemberStatus, String>)> = Vec::new();
     for m in &list.members {
-        let c = StoreClient::new(&[m.addr.as_str()])?;
+        let c = StoreClient::with_transport(&[m.addr.as_str()], args.target.tls()?.as_ref())?;
         let st = tokio::time::timeout(Duration::from_secs(2), c.status()).await;
         let st = match st {
             Ok(Ok(s)) => Ok(s),

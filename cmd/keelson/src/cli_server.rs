@@ -171,7 +171,18 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         (false, None, Some(peer)) => Bootstrap::Join(peer),
         (false, None, None) => Bootstrap::Resume,
     };
-    let mut cfg = ReplicaConfig::new(args.name, args.data_dir, args.listen, bootstrap);
+    // Replica traffic is mutual TLS: a certificate for every name peers may dial.
+    let mut peer_names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+    if !args.listen.ip().is_unspecified() {
+        peer_names.push(args.listen.ip().to_string());
+    }
+    if let Some(host) = args.advertise.as_deref().and_then(|a| a.rsplit_once(':')).map(|(h, _)| h.to_string()) {
+        peer_names.push(host);
+    }
+    peer_names.extend(args.tls_sans.iter().cloned());
+    let peer_cert = material.ca.issue_serving(&args.name, &peer_names).context("issuing the peer certificate")?;
+    let peer_tls = keelson_replica::PeerTls::new(material.ca.cert_pem(), peer_cert.cert_pem, peer_cert.key_pem);
+    let mut cfg = ReplicaConfig::new(args.name, args.data_dir, args.listen, bootstrap).with_tls(peer_tls.clone());
     cfg.advertise_addr = args.advertise;
     cfg.metrics_addr = args.metrics_addr;
     cfg.log_retention = keelson_raft::LogRetention { snapshot_every: args.snapshot_every.max(1), keep_behind_snapshot: args.keep_logs };
@@ -189,6 +200,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             key_pem: serving.key_pem,
             client_ca_pem: material.ca.cert_pem().to_string(),
             store_endpoint: running.replica.addr().to_string(),
+            store_tls: Some(peer_tls),
             secrets_key: Some(material.secrets_key.clone()),
             service_account_key_pem: Some(material.service_account_key_pem.clone()),
             token_auth_file,

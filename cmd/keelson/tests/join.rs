@@ -115,7 +115,15 @@ async fn join_with_tokens() {
     let log = join_refused(&dir, "expired", &url, &format!("{hash_part}::exp123.0123456789abcdef"));
     assert!(log.contains("expired"), "{log}");
     // None of them became a member; the valid token works.
-    let client = StoreClient::new(&[first.store.as_str()]).unwrap();
+    let tls = keelson_client::tls::admin_tls(&pki).unwrap().expect("admin certificate from --cluster-init");
+    let client = StoreClient::with_tls(&[first.store.as_str()], &tls).unwrap();
+    // The store/Raft port of a real server refuses peers without a cluster certificate.
+    let plain = StoreClient::new(&[first.store.as_str()]).unwrap();
+    assert!(plain.member_list().await.is_err(), "plaintext is refused");
+    let stranger_ca = keelson_pki::ClusterCa::generate("other").unwrap();
+    let stranger = stranger_ca.issue_client("intruder", &[]).unwrap();
+    let foreign = keelson_client::PeerTls::new(tls.ca_pem.clone(), stranger.cert_pem, stranger.key_pem);
+    assert!(StoreClient::with_tls(&[first.store.as_str()], &foreign).unwrap().member_list().await.is_err(), "a certificate from another CA is refused");
     assert_eq!(client.member_list().await.unwrap().members.len(), 1);
     let second = spawn(&dir, "s2", &["--join", &url, "--token", &token]);
     let mut voters = 0;

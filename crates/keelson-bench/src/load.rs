@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Args;
 use keelson_client::api::ReadConsistency;
-use keelson_client::StoreClient;
+use keelson_client::{PeerTls, StoreClient};
 use keelson_localcluster::{LocalCluster, LocalClusterSpec};
 use keelson_mvcc::{KeyRange, RangeRequest};
 use rand::Rng;
@@ -38,6 +38,9 @@ pub struct StoreBenchArgs {
     /// Use a running Keelson cluster instead of starting one (comma-separated host:port).
     #[arg(long, value_delimiter = ',')]
     pub endpoints: Vec<String>,
+    /// PKI directory of that cluster (ca.crt, admin.crt, admin.key) for its mutual TLS.
+    #[arg(long)]
+    pub pki_dir: Option<PathBuf>,
     /// Also start a 3-member etcd on loopback (deploy/etcd/etcd-cluster.sh) and run the
     /// same load against it.
     #[arg(long)]
@@ -94,11 +97,11 @@ impl Conn {
 }
 
 /// Connections, one per client, spread over the endpoints.
-async fn connect(system: &str, endpoints: &[String], n: usize) -> anyhow::Result<Vec<Conn>> {
+async fn connect(system: &str, endpoints: &[String], n: usize, tls: Option<&PeerTls>) -> anyhow::Result<Vec<Conn>> {
     let mut out = Vec::with_capacity(n);
     match system {
         "keelson" => {
-            let base = StoreClient::new(endpoints)?;
+            let base = StoreClient::with_transport(endpoints, tls)?;
             for i in 0..n {
                 out.push(Conn::Keelson(base.starting_at(i)));
             }
@@ -125,8 +128,8 @@ fn key_of(i: usize) -> Vec<u8> {
     format!("/bench/key/{i:08}").into_bytes()
 }
 
-async fn preload(system: &str, endpoints: &[String], keys: usize, value: &[u8]) -> anyhow::Result<()> {
-    let conns = connect(system, endpoints, 32).await?;
+async fn preload(system: &str, endpoints: &[String], keys: usize, value: &[u8], tls: Option<&PeerTls>) -> anyhow::Result<()> {
+    let conns = connect(system, endpoints, 32, tls).await?;
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for mut c in conns {
@@ -162,8 +165,8 @@ enum Phase {
     SerializableRead,
 }
 
-async fn run_phase(system: &str, endpoints: &[String], phase: Phase, clients: usize, args: &StoreBenchArgs) -> anyhow::Result<PhaseResult> {
-    let conns = connect(system, endpoints, clients).await?;
+async fn run_phase(system: &str, endpoints: &[String], phase: Phase, clients: usize, args: &StoreBenchArgs, tls: Option<&PeerTls>) -> anyhow::Result<PhaseResult> {
+    let conns = connect(system, endpoints, clients, tls).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(AtomicU64::new(0));
     let value = vec![b'v'; args.value_size];
@@ -207,11 +210,11 @@ async fn run_phase(system: &str, endpoints: &[String], phase: Phase, clients: us
 
 use rand::SeedableRng;
 
-async fn bench_system(system: &str, endpoints: &[String], args: &StoreBenchArgs) -> anyhow::Result<SystemReport> {
+async fn bench_system(system: &str, endpoints: &[String], args: &StoreBenchArgs, tls: Option<&PeerTls>) -> anyhow::Result<SystemReport> {
     let mut rep = SystemReport::default();
     let value = vec![b'v'; args.value_size];
     eprintln!("bench: {system}: pre-loading {} keys", args.keys);
-    preload(system, endpoints, args.keys, &value).await?;
+    preload(system, endpoints, args.keys, &value, tls).await?;
     for &clients in &args.clients {
         for (name, phase) in [
             ("write", Phase::Write),
@@ -222,7 +225,7 @@ async fn bench_system(system: &str, endpoints: &[String], args: &StoreBenchArgs)
                 continue;
             }
             eprintln!("bench: {system}: {name} with {clients} clients for {}s", args.duration_secs);
-            let r = run_phase(system, endpoints, phase, clients, args).await?;
+            let r = run_phase(system, endpoints, phase, clients, args, tls).await?;
             eprintln!("bench: {system}: {name} {clients} clients: {:.0} ops/s p50 {:.2} ms p99 {:.2} ms", r.ops_per_s, r.p50_ms, r.p99_ms);
             match phase {
                 Phase::Write => rep.writes.push(r),
@@ -265,6 +268,10 @@ pub async fn run_store_bench(args: StoreBenchArgs) -> anyhow::Result<()> {
         None
     } else {
         let mut cluster = None;
+        let mut tls = match &args.pki_dir {
+            Some(dir) => keelson_client::tls::admin_tls(dir)?,
+            None => None,
+        };
         let endpoints = if args.endpoints.is_empty() {
             let spec = LocalClusterSpec {
                 servers: args.servers,
@@ -275,12 +282,13 @@ pub async fn run_store_bench(args: StoreBenchArgs) -> anyhow::Result<()> {
             };
             let c = LocalCluster::start(spec, |m| eprintln!("bench: keelson: {m}")).await?;
             let eps = c.endpoints();
+            tls = c.tls();
             cluster = Some(c);
             eps
         } else {
             args.endpoints.clone()
         };
-        let res = bench_system("keelson", &endpoints, &args).await;
+        let res = bench_system("keelson", &endpoints, &args, tls.as_ref()).await;
         if let Some(c) = cluster {
             c.stop(Duration::from_secs(10)).await?;
         }
@@ -289,7 +297,7 @@ pub async fn run_store_bench(args: StoreBenchArgs) -> anyhow::Result<()> {
 
     let mut etcd = None;
     if !args.etcd_endpoints.is_empty() {
-        etcd = Some(bench_system("etcd", &args.etcd_endpoints, &args).await?);
+        etcd = Some(bench_system("etcd", &args.etcd_endpoints, &args, None).await?);
     } else if args.compare_etcd || args.etcd_only {
         let script = find_etcd_script(&args.etcd_script)?;
         let dir = tmp.path().join("etcd");
@@ -298,7 +306,7 @@ pub async fn run_store_bench(args: StoreBenchArgs) -> anyhow::Result<()> {
             bail!("{} start failed: {}", script.display(), String::from_utf8_lossy(&out.stderr));
         }
         let eps: Vec<String> = String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect();
-        let res = bench_system("etcd", &eps, &args).await;
+        let res = bench_system("etcd", &eps, &args, None).await;
         let _ = tokio::process::Command::new("bash").arg(&script).arg("stop").arg(&dir).output().await;
         etcd = Some(res?);
     }

@@ -58,6 +58,16 @@ impl fmt::Debug for PeerTls {
     }
 }
 
+/// The admin client identity kept in a cluster PKI directory (`ca.crt`, `admin.crt`,
+/// `admin.key`), or `None` when the directory holds no admin certificate.
+pub fn admin_tls(pki_dir: &Path) -> Result<Option<PeerTls>, TlsError> {
+    let (ca, cert, key) = (pki_dir.join("ca.crt"), pki_dir.join("admin.crt"), pki_dir.join("admin.key"));
+    if !ca.exists() || !cert.exists() || !key.exists() {
+        return Ok(None);
+    }
+    PeerTls::from_files(&ca, &cert, &key).map(Some)
+}
+
 impl PeerTls {
     /// Material from PEM texts. Not checked here; see [`PeerTls::validate`].
     pub fn new(ca_pem: impl Into<String>, cert_pem: impl Into<String>, key_pem: impl Into<String>) -> Self {

@@ -84,7 +84,7 @@ pub struct LocalCluster {
 fn write_kubeconfig(dir: &Path, manifest: &Manifest) -> Result<(), LocalClusterError> {
     let pki = dir.join("pki");
     let pki_err = |e: keelson_pki::PkiError| LocalClusterError::Pki(e.to_string());
-    let ca = keelson_pki::ClusterCa::load_or_create(&pki, "keelson").map_err(pki_err)?;
+    let ca = keelson_pki::ClusterMaterial::load_or_create(&pki, "keelson").map_err(pki_err)?.ca;
     let admin = ca
         .load_or_issue(&pki, "admin", |ca| ca.issue_client(keelson_pki::ADMIN_USER, &[keelson_pki::ADMIN_GROUP]))
         .map_err(pki_err)?;
@@ -180,8 +180,13 @@ impl LocalCluster {
         self.manifest.servers.iter().map(|s| s.raft_addr.clone()).collect()
     }
 
+    /// The admin identity the servers' mutual TLS accepts.
+    pub fn tls(&self) -> Option<keelson_client::PeerTls> {
+        keelson_client::tls::admin_tls(&self.spec.dir.join("pki")).ok().flatten()
+    }
+
     pub fn client(&self) -> StoreClient {
-        StoreClient::new(&self.endpoints()).expect("manifest endpoints are valid")
+        StoreClient::with_transport(&self.endpoints(), self.tls().as_ref()).expect("manifest endpoints are valid")
     }
 
     fn spawn(&mut self, i: usize, bootstrap: Option<Vec<String>>) -> Result<(), LocalClusterError> {
@@ -285,7 +290,7 @@ impl LocalCluster {
             }
             let mut leader = None;
             for s in self.manifest.servers.iter().filter(|s| s.running) {
-                let c = StoreClient::new(&[s.raft_addr.as_str()]).expect("valid endpoint");
+                let c = StoreClient::with_transport(&[s.raft_addr.as_str()], self.tls().as_ref()).expect("valid endpoint");
                 match c.status().await {
                     Ok(st) if st.leader.is_some() && (leader.is_none() || leader == st.leader) => leader = st.leader,
                     _ => {
@@ -326,7 +331,7 @@ impl LocalCluster {
     /// Index of the server that currently leads, asking the servers that run.
     pub async fn leader_index(&self) -> Option<usize> {
         for s in self.manifest.servers.iter().filter(|s| s.running) {
-            let c = StoreClient::new(&[s.raft_addr.as_str()]).ok()?;
+            let c = StoreClient::with_transport(&[s.raft_addr.as_str()], self.tls().as_ref()).ok()?;
             if let Ok(st) = c.status().await {
                 if st.role == "leader" {
                     return self.manifest.servers.iter().position(|x| x.name == s.name);

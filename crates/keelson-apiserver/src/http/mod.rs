@@ -48,6 +48,8 @@ pub struct ApiServerConfig {
     pub client_ca_pem: String,
     /// The replica's store endpoint (`host:port`) the API server reads and writes through.
     pub store_endpoint: String,
+    /// Client identity for the replica's store API when it requires mutual TLS.
+    pub store_tls: Option<keelson_client::PeerTls>,
     /// The cluster's Secrets encryption key (32 bytes); `None` stores Secrets in plaintext.
     pub secrets_key: Option<Vec<u8>>,
     /// PKCS#8 PEM ECDSA P-256 key signing ServiceAccount tokens.
@@ -99,7 +101,7 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
     if let Some(rot) = cfg.cert_rotation.clone() {
         tokio::spawn(tls::rotate(serving, rot, shutdown.clone()));
     }
-    let client = StoreClient::new(&[cfg.store_endpoint.as_str()]).map_err(|e| ApiServerError::Store(e.to_string()))?;
+    let client = StoreClient::with_transport(&[cfg.store_endpoint.as_str()], cfg.store_tls.as_ref()).map_err(|e| ApiServerError::Store(e.to_string()))?;
     let cipher = match &cfg.secrets_key {
         Some(k) => Some(Arc::new(crate::encryption::SecretsCipher::new("key1", k).map_err(|e| ApiServerError::Encryption(e.to_string()))?)),
         None => None,
