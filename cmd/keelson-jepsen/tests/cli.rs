@@ -202,3 +202,15 @@ fn unreadable_input_exits_2() {
     let r = run(&["check", "--model", "bogus", "--format", "keelson", "x"]);
     assert_eq!(r.code, 2, "usage errors exit 2");
 }
+
+#[test]
+fn run_offers_the_kubernetes_api_workloads() {
+    let r = run(&["run", "--help"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    for w in ["register", "watch", "kube-register", "kube-watch"] {
+        assert!(r.stdout.contains(w), "{w} missing from:\n{}", r.stdout);
+    }
+    let r = run(&["run", "--workload", "kube-nope"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("kube-register"), "{}", r.stderr);
+}

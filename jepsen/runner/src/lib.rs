@@ -2,14 +2,23 @@
 //! clients each talk to a replica of their own while the nemesis injects faults, heal,
 //! let the cluster settle, and check the recorded history.
 //!
-//! Workloads (compare-and-set registers; watchers following writers) today drive the
-//! replicated store directly (`keelson_client::StoreClient`); the Kubernetes API
-//! versions (ConfigMaps, API watches) come with the API server.
+//! Workloads (compare-and-set registers; watchers following writers) drive either the
+//! replicated store directly (`keelson_client::StoreClient`: [`Workload::Register`],
+//! [`Workload::Watch`]) or the Kubernetes API of every server through kube-rs
+//! (ConfigMaps as registers, API watches checked against the store's own watch:
+//! [`Workload::KubeRegister`], [`Workload::KubeWatch`]), so consistency is proven end
+//! to end through the API servers.
 
+mod kube_api;
+mod kube_register;
+mod kube_watch;
 mod register;
 mod run;
 mod watch;
 
-pub use register::{RegisterWorkload, REGISTER_PREFIX};
+pub use kube_api::KubeTarget;
+pub use kube_register::{KubeRegisterWorkload, CAS_CONFLICT};
+pub use kube_watch::{KubeWatchResult, KubeWatchWorkload, REFERENCE_WATCHER};
+pub use register::{RegisterWorkload, CAS_MISMATCH, REGISTER_PREFIX};
 pub use run::{run, RunError, RunOptions, RunVerdict, Workload};
 pub use watch::{WatchWorkload, WATCH_PREFIX};

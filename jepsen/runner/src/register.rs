@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keelson_client::api::{ReadConsistency, StoreError};
-use keelson_client::{ClientError, StoreClient};
+use keelson_client::{ClientError, PeerTls, StoreClient};
 use keelson_jepsen::{EventKind, Function, HistoryWriter, Value};
 use keelson_mvcc::{Compare, CompareOp, CompareTarget, KeyRange, Op, PutRequest, RangeRequest, TxnRequest};
 use rand::rngs::StdRng;
@@ -89,12 +89,20 @@ fn parse_value(v: &[u8]) -> Value {
 
 impl RegisterWorkload {
     /// Runs `self.clients` clients until `stop`; client `i` starts on endpoint `i mod n`
-    /// and moves to the next replica after an error. Returns how many operations were
+    /// and moves to the next replica after an error. `tls`: the identity the store port
+    /// requires (mutual TLS), `None` for plaintext. Returns how many operations were
     /// invoked.
-    pub async fn run(&self, endpoints: &[String], history: Arc<HistoryWriter>, seed: u64, stop: CancellationToken) -> u64 {
+    pub async fn run(
+        &self,
+        endpoints: &[String],
+        tls: Option<&PeerTls>,
+        history: Arc<HistoryWriter>,
+        seed: u64,
+        stop: CancellationToken,
+    ) -> u64 {
         let mut tasks = Vec::new();
         for c in 0..self.clients {
-            let client = match StoreClient::new(endpoints) {
+            let client = match StoreClient::with_transport(endpoints, tls) {
                 Ok(cl) => cl.starting_at(c),
                 Err(e) => {
                     tracing::error!(error = %e, "bad endpoints");

@@ -9,14 +9,39 @@ use keelson_jepsen::{linear, pair_events, EventKind, HistoryWriter, ModelKind};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::register::RegisterWorkload;
+use crate::kube_api::KubeTarget;
+use crate::kube_register::{KubeRegisterWorkload, CAS_CONFLICT};
+use crate::kube_watch::KubeWatchWorkload;
+use crate::register::{RegisterWorkload, CAS_MISMATCH};
 use crate::watch::WatchWorkload;
 
 /// Which workload to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Workload {
+    /// Compare-and-set registers on the store API.
     Register,
+    /// Watchers following writers on the store API.
     Watch,
+    /// Compare-and-set registers as ConfigMaps through the Kubernetes API.
+    KubeRegister,
+    /// Kubernetes API watches of ConfigMaps, checked against the store's own watch.
+    KubeWatch,
+}
+
+impl Workload {
+    /// Whether the history is checked by the watch checker (else linearizability).
+    fn is_watch(self) -> bool {
+        matches!(self, Workload::Watch | Workload::KubeWatch)
+    }
+}
+
+/// What a workload reports besides its history.
+#[derive(Debug, Default)]
+struct WorkloadEnd {
+    invoked: u64,
+    /// Anomalies the history checkers cannot see.
+    violations: Vec<String>,
+    notes: Vec<String>,
 }
 
 /// Parameters of a run.
@@ -77,9 +102,18 @@ pub async fn run(opts: RunOptions) -> Result<RunVerdict, RunError> {
         server_args: vec!["--snapshot-every".into(), "2000".into(), "--keep-logs".into(), "200".into()],
         seed: opts.seed,
     };
+    // Nemesis events are timed from the start of `Harness::start`; history events from
+    // the writer's creation (just before `epoch`).
+    let harness_offset = epoch.elapsed();
     let harness = Harness::start(spec).await.map_err(|e| RunError::Harness(e.to_string()))?;
-    let harness_started = epoch.elapsed();
     let endpoints = harness.endpoints();
+    let tls = harness.tls().clone();
+    let kube_target = KubeTarget {
+        api_endpoints: harness.api_endpoints(),
+        pki_dir: harness.pki_dir(),
+        store_endpoints: endpoints.clone(),
+        store_tls: Some(tls.clone()),
+    };
     eprintln!("jepsen: cluster of {} up ({:?}); running for {:?}", opts.servers, harness.isolation(), opts.time_limit);
     let harness = Arc::new(Mutex::new(harness));
 
@@ -91,14 +125,33 @@ pub async fn run(opts: RunOptions) -> Result<RunVerdict, RunError> {
         let stop = stop_workload.clone();
         let seed = opts.seed;
         let clients = opts.clients.max(2);
+        let plain = |invoked| WorkloadEnd { invoked, ..Default::default() };
         match opts.workload {
             Workload::Register => {
                 let w = RegisterWorkload { clients, ..Default::default() };
-                tokio::spawn(async move { w.run(&endpoints, history, seed, stop).await })
+                tokio::spawn(async move { plain(w.run(&endpoints, Some(&tls), history, seed, stop).await) })
             }
             Workload::Watch => {
                 let w = WatchWorkload { writers: clients / 2, watchers: clients - clients / 2, ..Default::default() };
-                tokio::spawn(async move { w.run(&endpoints, history, seed, stop).await })
+                tokio::spawn(async move { plain(w.run(&endpoints, Some(&tls), history, seed, stop).await) })
+            }
+            Workload::KubeRegister => {
+                let w = KubeRegisterWorkload { clients, ..Default::default() };
+                tokio::spawn(async move {
+                    let invoked = w.run(&kube_target, history, seed, stop).await;
+                    let mut end = plain(invoked);
+                    if invoked == 0 {
+                        end.violations.push("no operation was invoked: the Kubernetes API could not be reached (see stderr)".into());
+                    }
+                    end
+                })
+            }
+            Workload::KubeWatch => {
+                let w = KubeWatchWorkload { writers: clients / 2, watchers: clients - clients / 2, ..Default::default() };
+                tokio::spawn(async move {
+                    let r = w.run(&kube_target, history, seed, stop).await;
+                    WorkloadEnd { invoked: r.invoked, violations: r.violations, notes: r.notes }
+                })
             }
         }
     };
@@ -122,7 +175,7 @@ pub async fn run(opts: RunOptions) -> Result<RunVerdict, RunError> {
     };
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop_workload.cancel();
-    let invoked = wl.await.unwrap_or(0);
+    let end = wl.await.unwrap_or_default();
     let _ = history.flush();
     let shutdown = match Arc::try_unwrap(harness) {
         Ok(h) => h.into_inner().shutdown().await.map_err(|e| e.to_string()),
@@ -135,7 +188,16 @@ pub async fn run(opts: RunOptions) -> Result<RunVerdict, RunError> {
         eprintln!("jepsen: harness shutdown: {e}");
     }
     write_nemesis_log(&opts.dir, &events)?;
-    check(&opts, &history_path, invoked, &events, harness_started)
+    check(&opts, &history_path, &end, &events, harness_offset)
+}
+
+/// At most `max` lines of `text`, and how many were left out.
+fn abridged(text: &str, max: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() <= max {
+        return text.to_string();
+    }
+    format!("{}\n  … {} more", lines[..max].join("\n"), lines.len() - max)
 }
 
 fn write_nemesis_log(dir: &std::path::Path, events: &[NemesisEvent]) -> std::io::Result<()> {
@@ -178,31 +240,42 @@ fn fault_windows(events: &[NemesisEvent], offset: Duration) -> Vec<(u64, u64)> {
 fn check(
     opts: &RunOptions,
     history_path: &std::path::Path,
-    invoked: u64,
+    end: &WorkloadEnd,
     events: &[NemesisEvent],
-    harness_started: Duration,
+    harness_offset: Duration,
 ) -> Result<RunVerdict, RunError> {
+    let invoked = end.invoked;
     let loaded = keelson_jepsen::history::read_jsonl(history_path).map_err(|e| RunError::History(e.to_string()))?;
     let hist: Vec<keelson_jepsen::HistoryEvent> = loaded.into_iter().map(|(_, e)| e).collect();
-    if opts.workload == Workload::Watch {
+    // What the workload found itself, appended to the checker's summary.
+    let mut extra = String::new();
+    for v in &end.violations {
+        extra.push_str(&format!("\n  workload: {v}"));
+    }
+    for n in &end.notes {
+        extra.push_str(&format!("\n  note: {n}"));
+    }
+    if opts.workload.is_watch() {
         let report = keelson_jepsen::check_watch(&hist).map_err(|e| RunError::History(e.to_string()))?;
+        let full = opts.dir.join("watch-report.txt");
+        std::fs::write(&full, format!("{report}{extra}\n"))?;
         let count = |k: EventKind| hist.iter().filter(|e| e.kind == k && e.watcher.is_none()).count();
         return Ok(RunVerdict {
-            valid: report.is_valid(),
+            valid: report.is_valid() && end.violations.is_empty(),
             invoked,
             ok: count(EventKind::Ok),
             fail: count(EventKind::Fail),
             info: count(EventKind::Info),
             faults: count_faults(events),
             availability_during_faults: None,
-            summary: report.to_string(),
+            summary: format!("{}{extra}\nfull report: {}", abridged(report.to_string().trim_end(), 40), full.display()),
             dir: opts.dir.clone(),
         });
     }
     let ops = pair_events(&hist).map_err(|e| RunError::History(e.to_string()))?;
     let report = linear::check(ModelKind::CasRegister, &ops).map_err(|e| RunError::History(e.to_string()))?;
     let count = |k: EventKind| hist.iter().filter(|e| e.kind == k).count();
-    let windows = fault_windows(events, harness_started);
+    let windows = fault_windows(events, harness_offset);
     let mut during = (0usize, 0usize);
     let mut pending: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
     for e in &hist {
@@ -215,7 +288,7 @@ fn check(
                     if windows.iter().any(|(s, end)| t >= *s && t < *end) {
                         // A cas whose compare failed was served: the cluster was available.
                         let served = kind == EventKind::Ok
-                            || (kind == EventKind::Fail && e.error.as_deref() == Some(crate::register::CAS_MISMATCH));
+                            || (kind == EventKind::Fail && matches!(e.error.as_deref(), Some(CAS_MISMATCH | CAS_CONFLICT)));
                         during.0 += 1;
                         during.1 += usize::from(served);
                     }
@@ -223,8 +296,9 @@ fn check(
             }
         }
     }
-    let valid = report.is_linearizable();
+    let valid = report.is_linearizable() && end.violations.is_empty();
     let mut summary = report.summary();
+    summary.push_str(&extra);
     if let Some(f) = report.failures.first() {
         summary.push('\n');
         summary.push_str(&f.render_text());
@@ -251,6 +325,15 @@ mod tests {
 
     fn ev(at_ms: u64, what: &str) -> NemesisEvent {
         NemesisEvent { at: Duration::from_millis(at_ms), wall: String::new(), what: what.into(), ok: true }
+    }
+
+    #[test]
+    fn long_reports_are_abridged() {
+        let text: String = (0..50).map(|i| format!("line {i}\n")).collect();
+        let short = abridged(text.trim_end(), 40);
+        assert_eq!(short.lines().count(), 41);
+        assert!(short.ends_with("… 10 more"), "{short}");
+        assert_eq!(abridged("a\nb", 40), "a\nb");
     }
 
     #[test]

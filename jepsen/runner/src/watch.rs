@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use keelson_client::api::{WatchCreate, WatchResponseKind};
-use keelson_client::StoreClient;
+use keelson_client::{PeerTls, StoreClient};
 use keelson_jepsen::{ChangeKind, EventKind, Function, HistoryEvent, HistoryWriter, Value};
 use keelson_mvcc::{prefix_end, EventKind as StoreEventKind, KeyRange, OpResponse, Revision};
 use rand::rngs::StdRng;
@@ -40,10 +40,24 @@ impl Default for WatchWorkload {
 }
 
 impl WatchWorkload {
-    /// Runs writers until `stop`, watchers until `drain` after it. Returns the number of
+    /// Runs writers until `stop`, watchers until `drain` after it. `tls`: the identity the
+    /// store port requires (mutual TLS), `None` for plaintext. Returns the number of
     /// writes invoked.
-    pub async fn run(&self, endpoints: &[String], history: Arc<HistoryWriter>, seed: u64, stop: CancellationToken) -> u64 {
-        let Ok(base) = StoreClient::new(endpoints) else { return 0 };
+    pub async fn run(
+        &self,
+        endpoints: &[String],
+        tls: Option<&PeerTls>,
+        history: Arc<HistoryWriter>,
+        seed: u64,
+        stop: CancellationToken,
+    ) -> u64 {
+        let base = match StoreClient::with_transport(endpoints, tls) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("jepsen: watch: store client: {e}");
+                return 0;
+            }
+        };
         let watch_stop = CancellationToken::new();
         let mut watchers = Vec::new();
         for w in 0..self.watchers {

@@ -132,7 +132,7 @@ pub(crate) async fn serve(
             _ = tokio::time::sleep(timeout) => {}
             _ = async {
                 match joined {
-                    Some(j) => follow_feed(&spec, j, &tx).await,
+                    Some(j) => follow_feed(&spec, j, from, &tx).await,
                     None => follow(&state, &spec, from, &tx).await,
                 }
             } => {}
@@ -191,6 +191,8 @@ fn error_event(e: &ApiError) -> Value {
 /// if the store cancels it (slow consumer), until the client goes away.
 async fn follow(state: &ApiState, spec: &WatchSpec, mut from: Revision, tx: &mpsc::Sender<Result<bytes::Bytes, std::convert::Infallible>>) {
     let client = state.registry.store.client().clone();
+    // A lagging replica reports progress below what the client has already seen.
+    let seen = from - 1;
     loop {
         let create = WatchCreate { watch_id: 1, range: spec.range.clone(), start_revision: from, prev_kv: true, progress_notify: spec.bookmarks };
         let (_ctl, mut stream) = match client.watch(create).await {
@@ -224,7 +226,7 @@ async fn follow(state: &ApiState, spec: &WatchSpec, mut from: Revision, tx: &mps
                 }
                 WatchResponseKind::Progress => {
                     from = from.max(resp.header.revision + 1);
-                    if spec.bookmarks {
+                    if spec.bookmarks && resp.header.revision >= seen {
                         vec![spec.bookmark(resp.header.revision)]
                     } else {
                         continue;
@@ -287,11 +289,18 @@ fn classify<'a>(spec: &WatchSpec, prev: Option<&'a Value>, cur: Option<&'a Value
 
 /// Serves a watcher from the watch cache: its backlog, then live events, until the
 /// client leaves, the watcher falls too far behind, or the feed ends.
-async fn follow_feed(spec: &WatchSpec, joined: Joined, tx: &mpsc::Sender<Result<bytes::Bytes, std::convert::Infallible>>) {
+///
+/// `from` is the first revision the client has not seen. This server's replica may be
+/// behind it (the client resumed here from a more current server): changes and
+/// bookmarks before `from` are skipped until the replica catches up, so the client never
+/// sees a change twice or a bookmark older than what it has.
+async fn follow_feed(spec: &WatchSpec, joined: Joined, from: Revision, tx: &mpsc::Sender<Result<bytes::Bytes, std::convert::Infallible>>) {
     let Joined { backlog, mut live } = joined;
     let plain = spec.selectors.labels.is_empty() && spec.selectors.fields.is_empty() && spec.repr == Representation::Object;
     let line_of = |ev: &FeedEvent| -> Option<bytes::Bytes> {
         match ev {
+            FeedEvent::Change(c) if c.revision < from => None,
+            FeedEvent::Progress(rev) if *rev < from - 1 => None,
             FeedEvent::Change(c) if spec.range.contains(&c.key) => {
                 if plain {
                     let (ty, obj) = classify(spec, c.previous.as_ref(), c.object.as_ref())?;

@@ -1,0 +1,156 @@
+//! Jepsen-style runs through the Kubernetes API against a 3-replica cluster: ConfigMap
+//! registers must stay linearizable and API watches must deliver exactly the store's
+//! changes, in order, across kills, pauses and (as root) partitions. They fail on any
+//! anomaly. Partitions need root (network namespaces); without root the partition run is
+//! skipped loudly (CI runs as root).
+//!
+//! The runs in this file take turns (one cluster at a time), so each one's timing does
+//! not depend on how many others share the machine.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use keelson_chaos::{Isolation, NemesisFamily};
+use keelson_jepsen::{linear, pair_events, synth, Function, ModelKind};
+use keelson_jepsen_runner::{run, RunOptions, RunVerdict, Workload, REFERENCE_WATCHER};
+
+/// The `keelson` binary cargo built next to this test's executable.
+fn keelson_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("KEELSON_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test executable");
+    let bin = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("keelson");
+    assert!(bin.exists(), "{} missing: build it first (`cargo build -p keelson`), or set KEELSON_BIN", bin.display());
+    bin
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false)
+}
+
+static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// A 20 s run (faults every 3 s) that must be valid, inject faults and get real work done.
+async fn kube_run(workload: Workload, family: NemesisFamily, seed: u64, min_ok: usize) -> RunVerdict {
+    kube_run_with(workload, family, Duration::from_secs(3), seed, min_ok).await
+}
+
+#[allow(clippy::await_holding_lock)] // one run at a time, across test threads
+async fn kube_run_with(workload: Workload, family: NemesisFamily, interval: Duration, seed: u64, min_ok: usize) -> RunVerdict {
+    let _turn = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tmp").keep();
+    let opts = RunOptions {
+        servers: 3,
+        workload,
+        nemesis: vec![family],
+        time_limit: Duration::from_secs(20),
+        nemesis_interval: interval,
+        seed,
+        clients: 8,
+        dir: dir.clone(),
+        keelson_bin: keelson_bin(),
+        isolation: Isolation::Auto,
+    };
+    let started = std::time::Instant::now();
+    let verdict = run(opts).await.expect("the run itself must complete");
+    eprintln!(
+        "{workload:?} under {family:?} ({:.1}s): valid={} ops={} ok={} fail={} info={} faults={} availability={:?}\n{}",
+        started.elapsed().as_secs_f64(),
+        verdict.valid,
+        verdict.invoked,
+        verdict.ok,
+        verdict.fail,
+        verdict.info,
+        verdict.faults,
+        verdict.availability_during_faults,
+        verdict.summary
+    );
+    assert!(verdict.valid, "anomaly found by {workload:?} under {family:?}; artifacts in {}", dir.display());
+    assert!(verdict.faults > 0, "no fault was injected");
+    assert!(verdict.ok >= min_ok, "too few successful operations to mean anything: {} < {min_ok}", verdict.ok);
+    verdict
+}
+
+fn history(v: &RunVerdict) -> Vec<keelson_jepsen::HistoryEvent> {
+    keelson_jepsen::history::read_jsonl(&v.dir.join("history.jsonl")).expect("history").into_iter().map(|(_, e)| e).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn configmap_registers_stay_linearizable_under_kill_9_and_a_planted_anomaly_is_caught() {
+    let v = kube_run(Workload::KubeRegister, NemesisFamily::Kill, 11, 100).await;
+    let mut events = history(&v);
+    // Every kind of operation completed through the API, not just reads.
+    for f in [Function::Read, Function::Write, Function::Cas] {
+        let ok = events.iter().filter(|e| e.f == f && e.kind == keelson_jepsen::EventKind::Ok).count();
+        assert!(ok > 0, "no {f:?} completed");
+    }
+    // The same pipeline must fail once the recorded history is made non-linearizable.
+    assert!(synth::inject(&mut events, synth::Anomaly::NeverWrittenRead, 3), "could not plant an anomaly");
+    let report = linear::check(ModelKind::CasRegister, &pair_events(&events).expect("pairs")).expect("check");
+    assert!(!report.is_linearizable(), "a read of a never-written value went unnoticed");
+    let _ = std::fs::remove_dir_all(&v.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn configmap_registers_stay_linearizable_under_pause() {
+    // Pauses longer than the clients' operation timeout: requests stuck in a paused API
+    // server are given up on (info) and may still take effect after the resume.
+    let v = kube_run_with(Workload::KubeRegister, NemesisFamily::Pause, Duration::from_secs(6), 12, 100).await;
+    let _ = std::fs::remove_dir_all(&v.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn configmap_registers_stay_linearizable_while_members_are_removed_and_re_added() {
+    let v = kube_run(Workload::KubeRegister, NemesisFamily::Membership, 16, 100).await;
+    let _ = std::fs::remove_dir_all(&v.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn configmap_registers_stay_linearizable_under_partitions() {
+    if !is_root() {
+        eprintln!("SKIPPED (needs root): partitions need network namespaces; CI runs this as root");
+        return;
+    }
+    let v = kube_run(Workload::KubeRegister, NemesisFamily::Partition, 13, 100).await;
+    let _ = std::fs::remove_dir_all(&v.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn api_watches_deliver_the_stores_changes_exactly_across_kills_and_resumes() {
+    let v = kube_run(Workload::KubeWatch, NemesisFamily::Kill, 14, 50).await;
+    let mut events = history(&v);
+    let is_event = |e: &keelson_jepsen::HistoryEvent| e.f == Function::WatchEvent;
+    // The store's own sequence was recorded, and API watchers resumed across servers.
+    assert!(events.iter().any(|e| is_event(e) && e.watcher == Some(REFERENCE_WATCHER)), "no reference sequence");
+    assert!(events.iter().any(|e| e.f == Function::WatchResume), "no watcher ever resumed");
+    // A dropped API watch event (one from the middle, so later events or resumes cover
+    // its revision) must be caught by the same checker.
+    let api_events: Vec<usize> =
+        (0..events.len()).filter(|&i| is_event(&events[i]) && events[i].watcher != Some(REFERENCE_WATCHER)).collect();
+    let idx = api_events[api_events.len() / 2];
+    // An API event whose content differs from the store's must be caught too.
+    let mut altered = events.clone();
+    altered[idx].event = Some(keelson_jepsen::ChangeKind::Put);
+    altered[idx].value = keelson_jepsen::Value::str("never-written");
+    let report = keelson_jepsen::check_watch(&altered).expect("check");
+    assert!(!report.is_valid(), "altering {:?} went unnoticed", events[idx]);
+    let dropped = events.remove(idx);
+    let report = keelson_jepsen::check_watch(&events).expect("check");
+    assert!(!report.is_valid(), "dropping {dropped:?} went unnoticed");
+    let _ = std::fs::remove_dir_all(&v.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn api_watches_deliver_the_stores_changes_exactly_across_partitions() {
+    if !is_root() {
+        eprintln!("SKIPPED (needs root): partitions need network namespaces; CI runs this as root");
+        return;
+    }
+    let v = kube_run(Workload::KubeWatch, NemesisFamily::Partition, 15, 50).await;
+    let _ = std::fs::remove_dir_all(&v.dir);
+}
