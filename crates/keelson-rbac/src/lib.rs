@@ -4,7 +4,6 @@
 //! - [`policy`]: RBAC objects read from their `rbac.authorization.k8s.io/v1`
 //!   JSON and the rule matchers (wildcards, subresources, resourceNames,
 //!   nonResourceURLs);
-//! - [`selector`]: the label-selector matcher ClusterRole aggregation uses;
 //! - [`snapshot`]: [`RbacSnapshot`], all RBAC objects of a cluster, with
 //!   [`RbacSnapshot::authorize`] and [`RbacSnapshot::rules_for`];
 //! - [`messages`]: the exact Kubernetes 403 texts ([`forbidden_message`]);
@@ -20,7 +19,6 @@ pub mod bootstrap;
 pub mod messages;
 pub mod node;
 pub mod policy;
-pub mod selector;
 pub mod snapshot;
 pub mod types;
 
@@ -28,7 +26,7 @@ pub use bootstrap::bootstrap_policy;
 pub use messages::{forbidden_message, forbidden_message_with_reason};
 pub use node::{node_name, node_restriction};
 pub use policy::{ParseError, PolicyRule};
-pub use selector::{LabelSelector, SelectorError};
+pub use keelson_apimachinery::labels::LabelSelector;
 pub use snapshot::{
     NonResourceRule, RbacKind, RbacSnapshot, ResourceRule, RulesReview, SnapshotError,
 };

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::messages::go_quote;
-use crate::selector::{LabelSelector, SelectorError};
+use keelson_apimachinery::labels::{LabelSelector, LabelSelectorError as SelectorError};
 use crate::types::{parse_service_account_username, Attributes, UserInfo};
 
 /// The RBAC API group.
@@ -352,7 +352,7 @@ impl ClusterRole {
                         .iter()
                         .enumerate()
                         .map(|(index, s)| {
-                            LabelSelector::from_json(s)
+                            LabelSelector::from_label_selector_json(s)
                                 .map_err(|source| ParseError::BadSelector { index, source })
                         })
                         .collect::<Result<_, _>>()?,
