@@ -199,3 +199,40 @@ async fn watches_from_past_versions_see_exactly_what_followed() {
     }
     c.shutdown().await;
 }
+
+/// After compaction, a watch from a compacted resourceVersion gets a 410 Expired/Gone
+/// ERROR event, and a list continuation at a compacted revision a 410 status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn compacted_versions_answer_410() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::WatchParams;
+
+    let c = ApiCluster::start(3, ClusterOptions::default()).await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(c.kube_client(2).await.unwrap(), "default");
+    retry(|| { let a = api.clone(); async move { a.list(&ListParams::default()).await } }).await;
+    for i in 0..6 {
+        let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": format!("c{i}")}})).unwrap();
+        retry(|| { let (a, cm) = (api.clone(), cm.clone()); async move { a.create(&PostParams::default(), &cm).await } }).await;
+    }
+    let page = api.list(&ListParams::default().limit(2)).await.unwrap();
+    let token = page.metadata.continue_.clone().expect("more pages");
+    let old_rv = page.metadata.resource_version.clone().unwrap();
+    for i in 0..3 {
+        api.patch(&format!("c{i}"), &PatchParams::default(), &Patch::Merge(json!({"data": {"x": "y"}}))).await.unwrap();
+    }
+    let now = c.store.client(0).status().await.unwrap().revision;
+    c.store.client(0).compact(now).await.unwrap();
+    // The continuation names a compacted revision.
+    match api.list(&ListParams::default().limit(2).continue_token(&token)).await {
+        Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (410, "Expired"), "{s:?}"),
+        other => panic!("expected 410, got {other:?}"),
+    }
+    // A watch from before the compaction.
+    let stream = api.watch(&WatchParams::default().timeout(10), &old_rv).await.unwrap();
+    let mut stream = std::pin::pin!(stream);
+    match tokio::time::timeout(Duration::from_secs(10), stream.try_next()).await.unwrap().unwrap() {
+        Some(kube::api::WatchEvent::Error(e)) => assert_eq!(e.code, 410, "{e:?}"),
+        other => panic!("expected a 410 ERROR event, got {other:?}"),
+    }
+    c.shutdown().await;
+}

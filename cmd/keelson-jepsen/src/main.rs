@@ -36,8 +36,8 @@ struct RunArgs {
     /// Servers in the cluster (3 or 5).
     #[arg(long, default_value_t = 3)]
     servers: usize,
-    /// What to run: register and watch drive the store API; kube-register and kube-watch
-    /// drive the Kubernetes API of every server.
+    /// What to run: register and watch drive the Kubernetes API of every server;
+    /// store-register and store-watch drive the internal store API.
     #[arg(long, value_enum, default_value = "register")]
     workload: WorkloadArg,
     /// Fault families, comma-separated: kill, pause, partition, membership, latency.
@@ -67,16 +67,18 @@ struct RunArgs {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum WorkloadArg {
-    /// Compare-and-set registers on the store API.
-    Register,
-    /// Watchers following writers on the store API.
-    Watch,
     /// Registers as ConfigMaps through the Kubernetes API (GET, PUT/POST, cas as GET +
     /// PUT with a resourceVersion precondition).
-    KubeRegister,
-    /// Kubernetes API watches of ConfigMaps across API servers, checked against the
-    /// store's own watch.
-    KubeWatch,
+    #[value(alias = "kube-register")]
+    Register,
+    /// Kubernetes API watches of ConfigMaps across API servers, cut off and resumed,
+    /// checked against the store's own watch.
+    #[value(alias = "kube-watch")]
+    Watch,
+    /// Compare-and-set registers on the internal store API.
+    StoreRegister,
+    /// Watchers following writers on the internal store API.
+    StoreWatch,
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -234,10 +236,10 @@ fn run(args: &RunArgs, out: &mut String) -> anyhow::Result<Verdict> {
     let opts = keelson_jepsen_runner::RunOptions {
         servers: args.servers,
         workload: match args.workload {
-            WorkloadArg::Register => keelson_jepsen_runner::Workload::Register,
-            WorkloadArg::Watch => keelson_jepsen_runner::Workload::Watch,
-            WorkloadArg::KubeRegister => keelson_jepsen_runner::Workload::KubeRegister,
-            WorkloadArg::KubeWatch => keelson_jepsen_runner::Workload::KubeWatch,
+            WorkloadArg::Register => keelson_jepsen_runner::Workload::KubeRegister,
+            WorkloadArg::Watch => keelson_jepsen_runner::Workload::KubeWatch,
+            WorkloadArg::StoreRegister => keelson_jepsen_runner::Workload::Register,
+            WorkloadArg::StoreWatch => keelson_jepsen_runner::Workload::Watch,
         },
         nemesis: families,
         time_limit: args.time_limit,

@@ -207,10 +207,10 @@ fn unreadable_input_exits_2() {
 fn run_offers_the_kubernetes_api_workloads() {
     let r = run(&["run", "--help"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    for w in ["register", "watch", "kube-register", "kube-watch"] {
+    for w in ["register", "watch", "store-register", "store-watch", "Kubernetes API"] {
         assert!(r.stdout.contains(w), "{w} missing from:\n{}", r.stdout);
     }
     let r = run(&["run", "--workload", "kube-nope"]);
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("kube-register"), "{}", r.stderr);
+    assert!(r.stderr.contains("store-register"), "{}", r.stderr);
 }

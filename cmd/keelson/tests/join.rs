@@ -141,6 +141,28 @@ async fn join_with_tokens() {
     let s2_pki = dir.join("s2").join("pki");
     assert_eq!(std::fs::read(s2_pki.join("ca.crt")).unwrap(), std::fs::read(pki.join("ca.crt")).unwrap());
     assert_eq!(std::fs::read(s2_pki.join("secrets.key")).unwrap(), std::fs::read(pki.join("secrets.key")).unwrap());
+
+    // A node joins with a token too: it gets a node identity, which may write its own
+    // Node object and nothing of another node's.
+    let node = keelson_apiserver::join_client::join_node(&url, &keelson_pki::JoinToken::parse(&token).unwrap(), "worker-1").await.unwrap();
+    let (_, cn) = keelson_pki::certificate_expiry(&node.client_cert).unwrap();
+    assert_eq!(cn, "system:node:worker-1");
+    let node_cert = keelson_pki::IssuedCert { cert_pem: node.client_cert, key_pem: node.client_key };
+    let kc = keelson_pki::kubeconfig(&[keelson_pki::KubeconfigContext { name: "n".into(), server: url.clone() }], &node.ca_cert, "node", &node_cert);
+    let cfg = kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::from_yaml(&kc).unwrap(), &Default::default()).await.unwrap();
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(kube::Client::try_from(cfg).unwrap());
+    let mk = |n: &str| serde_json::from_value::<k8s_openapi::api::core::v1::Node>(serde_json::json!({"metadata": {"name": n}})).unwrap();
+    nodes.create(&Default::default(), &mk("worker-1")).await.expect("a node registers itself");
+    match nodes.create(&Default::default(), &mk("worker-2")).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 403, "{s:?}"),
+        other => panic!("a node may not create another node: {other:?}"),
+    }
+
+    // Mutating requests are in the audit log, with who made them and the outcome.
+    let audit = std::fs::read_to_string(dir.join("s1").join("audit.log")).unwrap();
+    let entries: Vec<serde_json::Value> = audit.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(entries.iter().any(|e| e["user"] == "kubernetes-admin" && e["verb"] == "create" && e["resource"] == "secrets" && e["name"].is_null() && e["code"] == 201), "admin's secret creation audited");
+    assert!(entries.iter().any(|e| e["user"] == "system:node:worker-1" && e["resource"] == "nodes" && e["code"] == 403), "the refused node write audited");
     drop(second);
     drop(first);
 }
