@@ -186,7 +186,15 @@ async fn a_lagging_replica_catches_up_through_a_snapshot_streamed_over_tls() {
     for i in 0..200 {
         c.put(format!("/snap/{i:04}").as_bytes(), b"x").await.expect("put");
     }
-    let st = cluster.status(leader).await.expect("status");
+    // Purging follows the snapshot asynchronously.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    let st = loop {
+        let st = cluster.status(leader).await.expect("status");
+        if st.purged_index > 0 || tokio::time::Instant::now() >= deadline {
+            break st;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     assert!(st.purged_index > 0, "leader purged no log, so no snapshot would be needed: {st:?}");
     cluster.restart(lagging).await.expect("restart");
     cluster.wait_applied(lagging, st.committed_index).await.expect("catch up");

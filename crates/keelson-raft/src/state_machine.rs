@@ -291,7 +291,19 @@ fn keep_as_current(dir: &Path, file: &Path, meta: &SnapshotMeta) -> io::Result<P
     Ok(target)
 }
 
+/// The newest snapshot in `dir`. A newer snapshot may replace (and delete) the one just
+/// listed while it is being opened: then look again.
 fn current_snapshot(dir: &Path) -> Result<Option<Snapshot>, io::Error> {
+    let mut attempts = 0;
+    loop {
+        match newest_snapshot(dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < 10 => attempts += 1,
+            other => return other,
+        }
+    }
+}
+
+fn newest_snapshot(dir: &Path) -> Result<Option<Snapshot>, io::Error> {
     let mut newest: Option<PathBuf> = None;
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();

@@ -49,6 +49,8 @@ pub struct RunningReplica {
     tasks: Vec<JoinHandle<()>>,
     /// Where `/metrics` is served, if enabled.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// The RocksDB instance, stopped and released on shutdown.
+    db: Arc<rocksdb::DB>,
 }
 
 impl RunningReplica {
@@ -59,12 +61,26 @@ impl RunningReplica {
 
     /// Stops serving, stops Raft and waits for background tasks.
     pub async fn shutdown(self) {
-        self.shutdown.cancel();
-        if let Err(e) = self.replica.raft().shutdown().await {
+        let RunningReplica { replica, shutdown, tasks, db, .. } = self;
+        shutdown.cancel();
+        if let Err(e) = replica.raft().shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }
-        for t in self.tasks {
+        for t in tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+        drop(replica);
+        // Stop RocksDB's flushes and compactions now, and give the last holders of the
+        // database a moment to let go, so it is closed when shutdown returns (an open
+        // database whose background threads outlive the process's static destructors
+        // can crash the process at exit).
+        db.cancel_all_background_work(true);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while Arc::strong_count(&db) > 1 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if Arc::strong_count(&db) > 1 {
+            tracing::debug!(holders = Arc::strong_count(&db) - 1, "RocksDB still referenced after shutdown");
         }
     }
 }
@@ -99,6 +115,7 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
     }
 
     let db = open_db(&cfg.data_dir.join("db")).map_err(|e| StartError::Storage(e.to_string()))?;
+    let db_handle = db.clone();
     let log_store = RocksLogStore::new(db.clone()).map_err(|e| StartError::Storage(e.to_string()))?;
     let store = MvccStore::open(RocksBackend::new(db, "state")).map_err(|e| StartError::Storage(e.to_string()))?;
     let (sm, state) =
@@ -187,7 +204,7 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
             tracing::warn!("replica has an identity but no cluster; waiting to be added by a leader");
         }
     }
-    Ok(RunningReplica { replica, shutdown, tasks, metrics_addr })
+    Ok(RunningReplica { replica, shutdown, tasks, metrics_addr, db: db_handle })
 }
 
 /// Asks the cluster at `peer` to add this replica (over TLS when `tls` is set), retrying
