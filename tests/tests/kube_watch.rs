@@ -222,6 +222,12 @@ async fn compacted_versions_answer_410() {
     }
     let now = c.store.client(0).status().await.unwrap().revision;
     c.store.client(0).compact(now).await.unwrap();
+    // Compaction is a replicated command: wait until the server this client uses applied it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while c.store.client(2).status().await.unwrap().compacted_revision < now {
+        assert!(tokio::time::Instant::now() < deadline, "replica 2 never applied the compaction");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // The continuation names a compacted revision.
     match api.list(&ListParams::default().limit(2).continue_token(&token)).await {
         Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (410, "Expired"), "{s:?}"),
