@@ -115,19 +115,25 @@ async fn cluster_material(args: &ServerArgs) -> anyhow::Result<(keelson_pki::Clu
 
 /// This server's API serving certificate, reissued at every start (so new names take
 /// effect), and on `--cluster-init` the admin kubeconfig `PKI_DIR/admin.kubeconfig`.
-fn api_serving_cert(args: &ServerArgs, ca: &keelson_pki::ClusterCa) -> anyhow::Result<(keelson_pki::IssuedCert, Vec<String>)> {
-    let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "kubernetes".into(), "kubernetes.default".into(), "kubernetes.default.svc".into(), "10.43.0.1".into()];
-    if let Ok(h) = std::fs::read_to_string("/etc/hostname") {
-        names.push(h.trim().to_string());
+/// The names a certificate of this server answers to: loopback, the address it listens
+/// on (`listen`), its advertised host, `--tls-san`, and `extra`.
+fn certificate_names(args: &ServerArgs, listen: std::net::IpAddr, extra: &[&str]) -> Vec<String> {
+    let mut names: Vec<String> = ["localhost", "127.0.0.1"].iter().chain(extra).map(|s| s.to_string()).collect();
+    if !listen.is_unspecified() {
+        names.push(listen.to_string());
     }
-    if !args.api_listen.ip().is_unspecified() {
-        names.push(args.api_listen.ip().to_string());
-    }
-    if let Some(host) = args.advertise.as_deref().and_then(|a| a.rsplit_once(':')).map(|(h, _)| h.to_string()) {
-        names.push(host);
+    if let Some((host, _)) = args.advertise.as_deref().and_then(|a| a.rsplit_once(':')) {
+        names.push(host.to_string());
     }
     names.extend(args.tls_sans.iter().cloned());
     names.retain(|n| !n.is_empty());
+    names
+}
+
+fn api_serving_cert(args: &ServerArgs, ca: &keelson_pki::ClusterCa) -> anyhow::Result<(keelson_pki::IssuedCert, Vec<String>)> {
+    let hostname = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    let extra = ["kubernetes", "kubernetes.default", "kubernetes.default.svc", "10.43.0.1", hostname.trim()];
+    let names = certificate_names(args, args.api_listen.ip(), &extra);
     let serving = ca.issue_serving(&args.name, &names)?;
     serving.save(&args.data_dir.join("tls"), "apiserver")?;
     if args.cluster_init {
@@ -165,21 +171,14 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         backups: args.audit_log_maxbackup,
     };
     let token_auth_file = args.token_auth_file.clone();
-    let bootstrap = match (args.cluster_init, token_peer, args.join) {
+    let bootstrap = match (args.cluster_init, token_peer, args.join.clone()) {
         (true, _, _) => Bootstrap::ClusterInit,
         (false, Some(peer), _) => Bootstrap::Join(peer),
         (false, None, Some(peer)) => Bootstrap::Join(peer),
         (false, None, None) => Bootstrap::Resume,
     };
     // Replica traffic is mutual TLS: a certificate for every name peers may dial.
-    let mut peer_names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
-    if !args.listen.ip().is_unspecified() {
-        peer_names.push(args.listen.ip().to_string());
-    }
-    if let Some(host) = args.advertise.as_deref().and_then(|a| a.rsplit_once(':')).map(|(h, _)| h.to_string()) {
-        peer_names.push(host);
-    }
-    peer_names.extend(args.tls_sans.iter().cloned());
+    let peer_names = certificate_names(&args, args.listen.ip(), &[]);
     let peer_cert = material.ca.issue_serving(&args.name, &peer_names).context("issuing the peer certificate")?;
     let peer_tls = keelson_replica::PeerTls::new(material.ca.cert_pem(), peer_cert.cert_pem, peer_cert.key_pem);
     let mut cfg = ReplicaConfig::new(args.name, args.data_dir, args.listen, bootstrap).with_tls(peer_tls.clone());

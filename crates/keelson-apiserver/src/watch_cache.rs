@@ -88,14 +88,13 @@ impl Feed {
     fn publish(&self, ev: FeedEvent) {
         let ev = Arc::new(ev);
         let mut st = self.state.lock().expect("feed lock");
-        if let FeedEvent::Change(c) = &*ev {
+        if matches!(*ev, FeedEvent::Change(_)) {
             st.backlog.push_back(ev.clone());
             while st.backlog.len() > BACKLOG {
                 if let Some(old) = st.backlog.pop_front() {
                     st.complete_from = st.complete_from.max(old.revision() + 1);
                 }
             }
-            let _ = c;
         }
         // Sent under the lock: a joiner sees each event either in its backlog or live.
         let _ = self.tx.send(ev);

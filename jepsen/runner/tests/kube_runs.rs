@@ -7,31 +7,15 @@
 //! The runs in this file take turns (one cluster at a time), so each one's timing does
 //! not depend on how many others share the machine.
 
-use std::path::PathBuf;
+mod common;
+
 use std::sync::Mutex;
 use std::time::Duration;
 
+use common::{is_root, keelson_bin};
 use keelson_chaos::{Isolation, NemesisFamily};
 use keelson_jepsen::{linear, pair_events, synth, Function, ModelKind};
 use keelson_jepsen_runner::{run, RunOptions, RunVerdict, Workload, REFERENCE_WATCHER};
-
-/// The `keelson` binary cargo built next to this test's executable.
-fn keelson_bin() -> PathBuf {
-    if let Ok(p) = std::env::var("KEELSON_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("test executable");
-    let bin = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("keelson");
-    assert!(bin.exists(), "{} missing: build it first (`cargo build -p keelson`), or set KEELSON_BIN", bin.display());
-    bin
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
-        .unwrap_or(false)
-}
 
 static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
 

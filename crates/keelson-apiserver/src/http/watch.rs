@@ -120,7 +120,7 @@ pub(crate) async fn serve(
     let shutdown = state.shutdown.clone();
     tokio::spawn(async move {
         state.metrics.watch_opened();
-        let _open = scopeguard(&state);
+        let _open = WatchGauge(&state);
         for e in first {
             if tx.send(Ok(line(&e))).await.is_err() {
                 return;
@@ -154,10 +154,6 @@ impl Drop for WatchGauge<'_> {
     fn drop(&mut self) {
         self.0.metrics.watch_closed();
     }
-}
-
-fn scopeguard(state: &ApiState) -> WatchGauge<'_> {
-    WatchGauge(state)
 }
 
 fn line(v: &Value) -> bytes::Bytes {
