@@ -146,8 +146,11 @@ fn cleanup_all_live() -> usize {
 /// next [`cleanup_stale`].
 pub fn cleanup_on_signal(stop: CancellationToken) -> tokio::task::JoinHandle<()> {
     use tokio::signal::unix::{signal, SignalKind};
+    // The handlers are installed here, before returning, so a signal that arrives right
+    // after this call is already ours (installing them inside the task raced with it).
+    let handlers = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()));
     tokio::spawn(async move {
-        let (mut int, mut term) = match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+        let (mut int, mut term) = match handlers {
             (Ok(i), Ok(t)) => (i, t),
             (Err(e), _) | (_, Err(e)) => {
                 eprintln!("[keelson-chaos] WARNING: cannot install the SIGINT/SIGTERM cleanup handler: {e}");
