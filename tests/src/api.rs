@@ -69,7 +69,8 @@ impl ApiCluster {
             Some(v) => self.ca.issue_serving_valid_for("api", &names, keelson_pki::Duration::seconds(v.as_secs() as i64))?,
             None => self.ca.issue_serving("api", &names)?,
         };
-        let cert_rotation = self.opts.rotation.map(|(renew_before, check_every)| keelson_apiserver::http::tls::CertRotation {
+        let cert_rotation = self.opts.rotation.map(|(renew_before, check_every)| keelson_pki::rotation::CertRotation {
+            purpose: "API serving",
             ca_cert_pem: self.ca.cert_pem().to_string(),
             ca_key_pem: self.ca.key_pem(),
             common_name: "api".into(),
@@ -77,7 +78,7 @@ impl ApiCluster {
             validity: self.opts.serving_validity.unwrap_or(std::time::Duration::from_secs(86400 * 365)),
             renew_before,
             check_every,
-            save_dir: None,
+            save_as: None,
         });
         let running = self.store.running(i).context("replica not running")?;
         let cfg = keelson_apiserver::ApiServerConfig {
@@ -86,7 +87,7 @@ impl ApiCluster {
             key_pem: serving.key_pem,
             client_ca_pem: self.ca.cert_pem().to_string(),
             store_endpoint: self.store.addr(i),
-            store_tls: self.store.client_tls().cloned(),
+            store_tls: self.store.client_tls().map(|t| t.identity()).transpose()?,
             secrets_key: Some(self.secrets_key.clone()),
             service_account_key_pem: Some(self.sa_key.clone()),
             token_auth_file: self.opts.token_file.clone(),
@@ -145,9 +146,10 @@ impl ApiCluster {
         Ok(kube::Client::try_from(cfg)?)
     }
 
-    /// A kube-rs client to replica `i` with a client certificate for `user` in `group`.
-    pub async fn kube_client_as(&self, i: usize, user: &str, group: Option<&str>) -> anyhow::Result<kube::Client> {
-        let cert = self.ca.issue_client(user, &group.into_iter().collect::<Vec<_>>())?;
+    /// A kube-rs client to replica `i` with a client certificate for `user` in `groups`
+    /// (CN = user, one O per group).
+    pub async fn kube_client_as(&self, i: usize, user: &str, groups: &[&str]) -> anyhow::Result<kube::Client> {
+        let cert = self.ca.issue_client(user, groups)?;
         let yaml = keelson_pki::kubeconfig(&[KubeconfigContext { name: "c".into(), server: format!("https://{}", self.api_addrs[i]) }], self.ca.cert_pem(), "u", &cert);
         let cfg = kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::from_yaml(&yaml)?, &kube::config::KubeConfigOptions::default()).await?;
         Ok(kube::Client::try_from(cfg)?)

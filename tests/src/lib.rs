@@ -2,14 +2,17 @@
 //! cluster tests: start, kill (shut down), restart, find the leader, add members.
 //! With [`ClusterOptions::tls`] every replica serves and dials its peers over mutual TLS
 //! with certificates from a per-cluster test CA, and [`TestCluster::client`] gives TLS
-//! clients.
+//! clients; [`TestCluster::rotate_peer_certs`] renews the replicas' certificates while
+//! they run, as `keelson server` does.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use keelson_client::api::MemberStatus;
-use keelson_client::{PeerTls, StoreClient};
+use keelson_client::{PeerIdentity, PeerTls, StoreClient};
+use keelson_pki::rotation::CertRotation;
 use keelson_pki::ClusterCa;
 use keelson_replica::{Bootstrap, CompactionPolicy, LogRetention, ReplicaConfig, RunningReplica};
 use tempfile::TempDir;
@@ -31,6 +34,8 @@ pub struct ClusterOptions {
     /// Mutual TLS for all gRPC traffic (default off): a fresh CA per cluster, a serving
     /// certificate per replica for `127.0.0.1` and `localhost`, TLS clients.
     pub tls: bool,
+    /// With `tls`: how long each replica's first certificate is valid (default a year).
+    pub peer_cert_validity: Option<Duration>,
 }
 
 impl Default for ClusterOptions {
@@ -41,6 +46,7 @@ impl Default for ClusterOptions {
             compaction: CompactionPolicy { retention: Duration::from_secs(3600), keep_revisions: None, interval: Duration::from_secs(3600) },
             slow_watcher_timeout: Duration::from_secs(30),
             tls: false,
+            peer_cert_validity: None,
         }
     }
 }
@@ -65,11 +71,30 @@ impl TestPki {
         Ok(Self { ca, client })
     }
 
-    /// A replica's material: serving (and client) certificate for the loopback names.
-    fn replica(&self, name: &str) -> anyhow::Result<PeerTls> {
-        let cert = self.ca.issue_serving(name, &["127.0.0.1".to_string(), "localhost".to_string()])?;
-        Ok(PeerTls::new(self.ca.cert_pem(), cert.cert_pem, cert.key_pem))
+    /// A replica's identity: a serving (and client) certificate for [`REPLICA_NAMES`],
+    /// valid for `validity` (default a year).
+    fn replica(&self, name: &str, validity: Option<Duration>) -> anyhow::Result<Arc<PeerIdentity>> {
+        let names = REPLICA_NAMES.map(String::from);
+        let cert = match validity {
+            Some(v) => self.ca.issue_serving_valid_for(name, &names, keelson_pki::Duration::seconds(v.as_secs() as i64))?,
+            None => self.ca.issue_serving(name, &names)?,
+        };
+        Ok(PeerTls::new(self.ca.cert_pem(), cert.cert_pem, cert.key_pem).identity()?)
     }
+}
+
+/// The names in every test replica's certificate.
+const REPLICA_NAMES: [&str; 2] = ["127.0.0.1", "localhost"];
+
+/// Renewing the replicas' peer certificates while they run; see
+/// [`TestCluster::rotate_peer_certs`].
+#[derive(Clone, Debug)]
+pub struct PeerRotation {
+    /// Validity of each new certificate.
+    pub validity: Duration,
+    /// Renew when less than this is left.
+    pub renew_before: Duration,
+    pub check_every: Duration,
 }
 
 pub struct TestCluster {
@@ -78,6 +103,7 @@ pub struct TestCluster {
     opts: ClusterOptions,
     dir_path: std::path::PathBuf,
     pki: Option<TestPki>,
+    rotation: Option<PeerRotation>,
 }
 
 fn free_addr() -> anyhow::Result<SocketAddr> {
@@ -92,7 +118,7 @@ impl TestCluster {
         let dir = tempfile::tempdir()?;
         let dir_path = dir.path().to_path_buf();
         let pki = if opts.tls { Some(TestPki::new()?) } else { None };
-        let mut c = Self { _dir: dir, slots: Vec::new(), opts, dir_path, pki };
+        let mut c = Self { _dir: dir, slots: Vec::new(), opts, dir_path, pki, rotation: None };
         c.add(Bootstrap::ClusterInit).await?;
         c.wait_voters(1).await?;
         for i in 1..n {
@@ -113,11 +139,49 @@ impl TestCluster {
         config.slow_watcher_timeout = self.opts.slow_watcher_timeout;
         config.metrics_addr = Some("127.0.0.1:0".parse().expect("address"));
         if let Some(pki) = &self.pki {
-            config.tls = Some(pki.replica(&name)?);
+            config.tls = Some(pki.replica(&name, self.opts.peer_cert_validity)?);
         }
         let running = keelson_replica::start(config.clone()).await.with_context(|| format!("starting {name}"))?;
         self.slots.push(Slot { config, running: Some(running) });
+        self.spawn_rotation(i);
         Ok(i)
+    }
+
+    /// From now on, renews every replica's peer certificate as `keelson server` does
+    /// (`keelson_pki::rotation`), also for replicas added or restarted later. TLS
+    /// clusters only.
+    pub fn rotate_peer_certs(&mut self, rotation: PeerRotation) {
+        self.rotation = Some(rotation);
+        for i in 0..self.len() {
+            self.spawn_rotation(i);
+        }
+    }
+
+    /// Starts replica `i`'s rotation task, if rotating; it stops when the replica does.
+    fn spawn_rotation(&self, i: usize) {
+        let (Some(rot), Some(pki), Some(identity), Some(running)) =
+            (&self.rotation, &self.pki, self.peer_identity(i), self.running(i))
+        else {
+            return;
+        };
+        let rotation = CertRotation {
+            purpose: "peer",
+            ca_cert_pem: pki.ca.cert_pem().to_string(),
+            ca_key_pem: pki.ca.key_pem(),
+            common_name: self.slots[i].config.name.clone(),
+            names: REPLICA_NAMES.map(String::from).to_vec(),
+            validity: rot.validity,
+            renew_before: rot.renew_before,
+            check_every: rot.check_every,
+            save_as: None,
+        };
+        tokio::spawn(keelson_pki::rotation::run(identity, rotation, running.shutdown_token()));
+    }
+
+    /// In a TLS cluster, replica `i`'s live identity (what it presents as server and
+    /// client).
+    pub fn peer_identity(&self, i: usize) -> Option<Arc<PeerIdentity>> {
+        self.slots[i].config.tls.clone()
     }
 
     /// The directory holding every replica's data directory.
@@ -185,6 +249,7 @@ impl TestCluster {
             match keelson_replica::start(cfg.clone()).await {
                 Ok(r) => {
                     self.slots[i].running = Some(r);
+                    self.spawn_rotation(i);
                     return Ok(());
                 }
                 Err(e) => {

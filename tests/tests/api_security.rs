@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, ServiceAccount};
@@ -148,8 +149,8 @@ async fn rbac_grants_and_denials() {
     // SelfSubjectAccessReview (kubectl auth can-i).
     let ssar: Api<SelfSubjectAccessReview> = Api::all(alice.clone());
     let ask = |verb: &str, resource: &str| obj::<SelfSubjectAccessReview>(json!({"spec": {"resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource}}}));
-    assert_eq!(ssar.create(&pp, &ask("list", "pods")).await.unwrap().status.unwrap().allowed, true);
-    assert_eq!(ssar.create(&pp, &ask("delete", "pods")).await.unwrap().status.unwrap().allowed, false);
+    assert!(ssar.create(&pp, &ask("list", "pods")).await.unwrap().status.unwrap().allowed);
+    assert!(!ssar.create(&pp, &ask("delete", "pods")).await.unwrap().status.unwrap().allowed);
 
     // Impersonation: the admin may act as alice; alice may not act as bob.
     let mut as_alice = kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::from_yaml(&c.kubeconfig(&format!("https://{}", c.api_addr(0)))).unwrap(), &Default::default()).await.unwrap();
@@ -204,7 +205,7 @@ async fn a_node_may_only_touch_its_own_objects() {
     let c = cluster().await;
     let admin = c.kube_client(0).await.unwrap();
     let pp = PostParams::default();
-    let n1 = c.kube_client_as(1, "system:node:n1", Some("system:nodes")).await.unwrap();
+    let n1 = c.kube_client_as(1, "system:node:n1", &["system:nodes"]).await.unwrap();
     let nodes: Api<Node> = Api::all(n1.clone());
     assert_eq!(code(nodes.create(&pp, &obj(json!({"metadata": {"name": "n1"}}))).await), 200);
     let m = message(nodes.create(&pp, &obj(json!({"metadata": {"name": "n2"}}))).await);
@@ -226,6 +227,50 @@ async fn a_node_may_only_touch_its_own_objects() {
     let leases: Api<Lease> = Api::namespaced(n1.clone(), "kube-node-lease");
     assert_eq!(code(leases.create(&pp, &obj(json!({"metadata": {"name": "n1"}, "spec": {"holderIdentity": "n1"}}))).await), 200);
     assert_eq!(code(leases.create(&pp, &obj(json!({"metadata": {"name": "n2"}, "spec": {"holderIdentity": "n2"}}))).await), 403);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_group_of_a_client_certificate_counts() {
+    let c = cluster().await;
+    let admin = c.kube_client(0).await.unwrap();
+    let pp = PostParams::default();
+    // dave's certificate names two groups; only the second one is bound to anything.
+    let dave = c.kube_client_as(1, "dave", &["dev", "auditors"]).await.unwrap();
+    let dave_cms: Api<ConfigMap> = Api::namespaced(dave.clone(), "default");
+    let dave_nodes: Api<Node> = Api::all(dave.clone());
+    assert_eq!(code(dave_cms.list(&ListParams::default()).await), 403, "nothing granted yet");
+    assert_eq!(code(dave_nodes.list(&ListParams::default()).await), 403, "nothing granted yet");
+
+    Api::<Role>::namespaced(admin.clone(), "default")
+        .create(&pp, &obj(json!({"metadata": {"name": "cm-reader"}, "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]})))
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), "default")
+        .create(&pp, &obj(json!({"metadata": {"name": "auditors-read-cms"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-reader"}, "subjects": [{"kind": "Group", "name": "auditors", "apiGroup": "rbac.authorization.k8s.io"}]})))
+        .await
+        .unwrap();
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&pp, &obj(json!({"metadata": {"name": "node-reader"}, "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]})))
+        .await
+        .unwrap();
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&pp, &obj(json!({"metadata": {"name": "auditors-read-nodes"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "node-reader"}, "subjects": [{"kind": "Group", "name": "auditors", "apiGroup": "rbac.authorization.k8s.io"}]})))
+        .await
+        .unwrap();
+    assert_eq!(code(dave_cms.list(&ListParams::default()).await), 200, "RoleBinding to the second group");
+    assert_eq!(code(dave_nodes.list(&ListParams::default()).await), 200, "ClusterRoleBinding to the second group");
+    assert_eq!(code(dave_cms.create(&pp, &obj(json!({"metadata": {"name": "x"}}))).await), 403, "only what was granted");
+    // A certificate with the first group only gets nothing.
+    let dev_only = c.kube_client_as(2, "erin", &["dev"]).await.unwrap();
+    assert_eq!(code(Api::<ConfigMap>::namespaced(dev_only, "default").list(&ListParams::default()).await), 403);
+
+    // `kubectl auth whoami`: both groups, in the certificate's order.
+    let review = Api::<SelfSubjectReview>::all(dave).create(&pp, &SelfSubjectReview::default()).await.unwrap();
+    let user = review.status.and_then(|s| s.user_info).expect("userInfo");
+    assert_eq!(user.username.as_deref(), Some("dave"));
+    let groups = user.groups.unwrap_or_default();
+    assert_eq!(groups.iter().filter(|g| *g != "system:authenticated").collect::<Vec<_>>(), ["dev", "auditors"], "{groups:?}");
     c.shutdown().await;
 }
 

@@ -124,7 +124,7 @@ async fn certificates_of_another_ca_are_refused_for_clients_and_replicas() {
     let intruder_tls = PeerTls::new(cluster_ca, serving.cert_pem, serving.key_pem);
     let addr = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port");
     let intruder_cfg = ReplicaConfig::new("keelson-intruder", cluster.dir().join("intruder"), addr, Bootstrap::Join(cluster.addr(0)))
-        .with_tls(intruder_tls);
+        .with_tls(intruder_tls.identity().expect("usable material"));
     let intruder = keelson_replica::start(intruder_cfg).await.expect("the intruder starts (it only fails to join)");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let members = cluster.client(0).member_list().await.expect("TLS member list");

@@ -43,7 +43,8 @@ pub struct ServerArgs {
     /// Rotated audit logs kept.
     #[arg(long, default_value_t = 10)]
     audit_log_maxbackup: usize,
-    /// Reissue the API serving certificate when fewer days than this are left.
+    /// Reissue the API serving certificate and the peer (Raft and store gRPC) certificate
+    /// when fewer days than this are left; both are replaced without a restart.
     #[arg(long, default_value_t = 30)]
     cert_renew_before_days: u64,
     /// Serve Prometheus metrics at this address.
@@ -75,6 +76,11 @@ pub struct ServerArgs {
     #[arg(long = "tls-san")]
     tls_sans: Vec<String>,
 }
+
+/// Validity of the certificates a server issues itself (API serving, peer).
+const CERT_VALIDITY: Duration = Duration::from_secs(365 * 86400);
+/// How often a server checks whether its certificates are due for renewal.
+const CERT_CHECK_EVERY: Duration = Duration::from_secs(3600);
 
 fn pki_dir(args: &ServerArgs) -> PathBuf {
     args.pki_dir.clone().unwrap_or_else(|| args.data_dir.join("pki"))
@@ -153,15 +159,16 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
     let (material, token_peer) = cluster_material(&args).await.context("preparing the cluster's certificates and keys")?;
     let (serving, serving_names) = api_serving_cert(&args, &material.ca).context("issuing the API serving certificate")?;
-    let rotation = keelson_apiserver::http::tls::CertRotation {
+    let rotation = keelson_pki::rotation::CertRotation {
+        purpose: "API serving",
         ca_cert_pem: material.ca.cert_pem().to_string(),
         ca_key_pem: material.ca.key_pem(),
         common_name: args.name.clone(),
         names: serving_names,
-        validity: Duration::from_secs(365 * 86400),
+        validity: CERT_VALIDITY,
         renew_before: Duration::from_secs(args.cert_renew_before_days.max(1) * 86400),
-        check_every: Duration::from_secs(3600),
-        save_dir: Some(args.data_dir.join("tls")),
+        check_every: CERT_CHECK_EVERY,
+        save_as: Some((args.data_dir.join("tls"), "apiserver".into())),
     };
     let initial_token = if args.cluster_init { Some(material.server_token(&pki_dir(&args))?) } else { None };
     let api_listen = args.api_listen;
@@ -177,11 +184,21 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         (false, None, Some(peer)) => Bootstrap::Join(peer),
         (false, None, None) => Bootstrap::Resume,
     };
-    // Replica traffic is mutual TLS: a certificate for every name peers may dial.
+    // Replica traffic is mutual TLS: a certificate for every name peers may dial, issued
+    // at every start and reissued before it expires while the server runs.
     let peer_names = certificate_names(&args, args.listen.ip(), &[]);
     let peer_cert = material.ca.issue_serving(&args.name, &peer_names).context("issuing the peer certificate")?;
-    let peer_tls = keelson_replica::PeerTls::new(material.ca.cert_pem(), peer_cert.cert_pem, peer_cert.key_pem);
-    let mut cfg = ReplicaConfig::new(args.name, args.data_dir, args.listen, bootstrap).with_tls(peer_tls.clone());
+    let peer_identity = keelson_replica::PeerTls::new(material.ca.cert_pem(), peer_cert.cert_pem, peer_cert.key_pem)
+        .identity()
+        .context("the peer certificate")?;
+    let peer_rotation = keelson_pki::rotation::CertRotation {
+        purpose: "peer",
+        common_name: args.name.clone(),
+        names: peer_names,
+        save_as: None,
+        ..rotation.clone()
+    };
+    let mut cfg = ReplicaConfig::new(args.name, args.data_dir, args.listen, bootstrap).with_tls(peer_identity.clone());
     cfg.advertise_addr = args.advertise;
     cfg.metrics_addr = args.metrics_addr;
     cfg.log_retention = keelson_raft::LogRetention { snapshot_every: args.snapshot_every.max(1), keep_behind_snapshot: args.keep_logs };
@@ -192,6 +209,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     };
     let running = keelson_replica::start(cfg).await.context("starting the replica")?;
     tracing::info!(id = format!("{:x}", running.replica.id()), addr = running.replica.addr(), "serving");
+    tokio::spawn(keelson_pki::rotation::run(peer_identity.clone(), peer_rotation, running.shutdown_token()));
     let api = keelson_apiserver::serve(
         keelson_apiserver::ApiServerConfig {
             listen: api_listen,
@@ -199,7 +217,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             key_pem: serving.key_pem,
             client_ca_pem: material.ca.cert_pem().to_string(),
             store_endpoint: running.replica.addr().to_string(),
-            store_tls: Some(peer_tls),
+            store_tls: Some(peer_identity),
             secrets_key: Some(material.secrets_key.clone()),
             service_account_key_pem: Some(material.service_account_key_pem.clone()),
             token_auth_file,

@@ -17,7 +17,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::api::*;
-use crate::tls::{PeerTls, TlsError};
+use crate::tls::{PeerIdentity, PeerTls, TlsError};
 
 /// A client-side failure.
 #[derive(Debug, thiserror::Error)]
@@ -74,40 +74,48 @@ impl StoreClient {
         Self::with_transport(endpoints, None)
     }
 
-    /// Creates a client that speaks mutual TLS to every replica (`https://`): it trusts
-    /// only `tls.ca_pem`, checks each replica's certificate against the host part of its
+    /// Creates a client that speaks mutual TLS to every replica: it trusts only
+    /// `tls.ca_pem`, checks each replica's certificate against the host part of its
     /// endpoint (DNS name or IP SAN) and presents `tls.cert_pem` as its identity.
     /// Connections are made lazily; `endpoints[0]` is tried first. Fails with
     /// [`ClientError::Tls`] when the PEM material is unusable.
     pub fn with_tls<S: AsRef<str>>(endpoints: &[S], tls: &PeerTls) -> Result<Self, ClientError> {
-        Self::with_transport(endpoints, Some(tls))
+        Self::with_identity(endpoints, tls.identity()?)
+    }
+
+    /// [`StoreClient::with_tls`] with a live identity: every new connection presents the
+    /// identity's certificate of that moment (so a replaced certificate is used from then
+    /// on).
+    pub fn with_identity<S: AsRef<str>>(endpoints: &[S], identity: Arc<PeerIdentity>) -> Result<Self, ClientError> {
+        Self::build(endpoints, Some(identity))
     }
 
     /// [`StoreClient::with_tls`] when `tls` is set, else [`StoreClient::new`].
     pub fn with_transport<S: AsRef<str>>(endpoints: &[S], tls: Option<&PeerTls>) -> Result<Self, ClientError> {
+        match tls {
+            Some(t) => Self::with_tls(endpoints, t),
+            None => Self::build(endpoints, None),
+        }
+    }
+
+    fn build<S: AsRef<str>>(endpoints: &[S], tls: Option<Arc<PeerIdentity>>) -> Result<Self, ClientError> {
         if endpoints.is_empty() {
             return Err(ClientError::BadEndpoint("(none given)".into()));
         }
-        let tls_config = match tls {
-            Some(t) => {
-                t.validate()?;
-                Some(t.client_config())
-            }
-            None => None,
-        };
-        let scheme = if tls_config.is_some() { "https" } else { "http" };
         let mut chans = Vec::new();
         for e in endpoints {
             let e = e.as_ref();
-            let e = e.strip_prefix(&format!("{scheme}://")).unwrap_or(e).to_string();
-            let mut ep = Endpoint::from_shared(format!("{scheme}://{e}"))
+            let e = e.strip_prefix("https://").or_else(|| e.strip_prefix("http://")).unwrap_or(e).to_string();
+            // TLS, when wanted, is done by the identity's connector, under an http:// URI.
+            let ep = Endpoint::from_shared(format!("http://{e}"))
                 .map_err(|_| ClientError::BadEndpoint(e.clone()))?
                 .connect_timeout(Duration::from_millis(500))
                 .tcp_nodelay(true);
-            if let Some(c) = &tls_config {
-                ep = ep.tls_config(c.clone()).map_err(|err| ClientError::BadEndpoint(format!("{e}: {err}")))?;
-            }
-            chans.push((e, ep.connect_lazy()));
+            let ch = match &tls {
+                Some(identity) => identity.lazy_channel(ep),
+                None => ep.connect_lazy(),
+            };
+            chans.push((e, ch));
         }
         Ok(Self { endpoints: Arc::new(chans), current: Arc::new(AtomicUsize::new(0)) })
     }

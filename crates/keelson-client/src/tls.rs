@@ -1,24 +1,34 @@
 //! Mutual TLS for every gRPC connection to a replica: replica to replica (Raft transport,
 //! forwarded writes, ReadIndex, membership calls) and store clients to replicas.
 //!
-//! A [`PeerTls`] holds the cluster CA and one process's certificate and key. With it:
+//! A [`PeerTls`] holds the cluster CA and one process's certificate and key, as PEM
+//! texts; a [`PeerIdentity`] made from it is the live form that servers and clients use,
+//! whose certificate can be replaced while they run (certificate rotation). With it:
 //! - a replica's server accepts only connections that present a certificate signed by
 //!   the cluster CA (client authentication is required, not optional), and proves its own
 //!   identity with its certificate;
-//! - a client (a store client or a replica calling a peer) dials `https://host:port`,
-//!   trusts only the cluster CA, checks the server's certificate against `host` (a DNS
-//!   name, or an IP address matched against the certificate's IP SANs) and presents its
-//!   own certificate.
+//! - a client (a store client or a replica calling a peer) dials `host:port`, trusts only
+//!   the cluster CA, checks the server's certificate against `host` (a DNS name, or an IP
+//!   address matched against the certificate's IP SANs) and presents its own certificate
+//!   ([`PeerIdentity::lazy_channel`]).
 //!
-//! Crypto is rustls with the ring provider.
+//! Every new connection presents the certificate in use at that moment; connections
+//! already open keep the one they were made with. Crypto is rustls with the ring
+//! provider.
+
+mod connector;
+mod identity;
+
+pub use connector::DialError;
+pub use identity::{PeerIdentity, ReloadableCert};
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
 /// Longest a TLS handshake may take, on either side, before the connection is dropped
 /// (so a stopped peer cannot hold a connection attempt open).
@@ -33,6 +43,15 @@ pub enum TlsError {
     /// A PEM text holds no usable certificate or key.
     #[error("{what}: {reason}")]
     Pem { what: &'static str, reason: String },
+    /// The private key is unusable or not the certificate's.
+    #[error("private key: {0}")]
+    Key(String),
+    /// A replacement certificate is not valid now as a certificate of the cluster CA.
+    #[error("certificate not accepted by the cluster CA: {0}")]
+    Untrusted(String),
+    /// rustls refused the configuration.
+    #[error("TLS configuration: {0}")]
+    Config(String),
 }
 
 /// The cluster CA plus this process's certificate and private key, all PEM.
@@ -83,60 +102,31 @@ impl PeerTls {
     }
 
     /// Checks that the CA and the certificate each hold at least one certificate and the
-    /// key one private key. Does not check that they belong together: a mismatch shows up
-    /// when a server starts or a connection is made.
+    /// key one private key. Does not check that they belong together;
+    /// [`PeerTls::identity`] does.
     pub fn validate(&self) -> Result<(), TlsError> {
-        certs("CA certificate", &self.ca_pem)?;
-        certs("certificate", &self.cert_pem)?;
+        pem_certs("CA certificate", &self.ca_pem)?;
+        pem_certs("certificate", &self.cert_pem)?;
         PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
             .map_err(|e| TlsError::Pem { what: "private key", reason: e.to_string() })?;
         Ok(())
     }
 
-    /// The server side: serve with this certificate and REQUIRE every client to present
-    /// a certificate signed by the CA. Handshakes are bounded by [`HANDSHAKE_TIMEOUT`].
-    ///
-    /// Installs rustls's ring provider as the process default if none is installed yet
-    /// (tonic's server takes the process default).
-    pub fn server_config(&self) -> ServerTlsConfig {
-        install_ring_provider();
-        ServerTlsConfig::new()
-            .identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
-            .client_ca_root(Certificate::from_pem(&self.ca_pem))
-            .client_auth_optional(false)
-            .timeout(HANDSHAKE_TIMEOUT)
-    }
-
-    /// The client side: trust only the CA and present this certificate. The server name
-    /// checked is the host part of the `https://host:port` URI dialed (tonic's default);
-    /// handshakes are bounded by [`HANDSHAKE_TIMEOUT`].
-    pub fn client_config(&self) -> ClientTlsConfig {
-        install_ring_provider();
-        ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(&self.ca_pem))
-            .identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
-            .timeout(HANDSHAKE_TIMEOUT)
+    /// The live identity this material describes (see [`PeerIdentity::new`]).
+    pub fn identity(&self) -> Result<Arc<PeerIdentity>, TlsError> {
+        PeerIdentity::new(self)
     }
 }
 
-fn certs(what: &'static str, pem: &str) -> Result<(), TlsError> {
-    let mut n = 0;
-    for c in CertificateDer::pem_slice_iter(pem.as_bytes()) {
-        c.map_err(|e| TlsError::Pem { what, reason: e.to_string() })?;
-        n += 1;
-    }
-    if n == 0 {
+/// The certificates in a PEM text (at least one).
+fn pem_certs(what: &'static str, pem: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Pem { what, reason: e.to_string() })?;
+    if certs.is_empty() {
         return Err(TlsError::Pem { what, reason: "no PEM certificate found".into() });
     }
-    Ok(())
-}
-
-/// Makes ring the process's rustls provider unless one is already installed (then that
-/// one stays).
-fn install_ring_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
+    Ok(certs)
 }
 
 #[cfg(test)]

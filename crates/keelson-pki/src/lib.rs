@@ -3,15 +3,19 @@
 //! - [`ClusterCa`]: the cluster CA (ECDSA P-256), created once by `--cluster-init` or
 //!   `keelson up`, kept as `ca.crt` / `ca.key` in a PKI directory;
 //! - [`IssuedCert`]: serving certificates for replicas and client certificates for users
-//!   (CN = user, O = groups, as Kubernetes reads them);
-//! - [`kubeconfig`]: a kubeconfig with one context per API endpoint.
+//!   (CN = user, one O per group, as Kubernetes reads them; see `client_cert`);
+//! - [`kubeconfig`]: a kubeconfig with one context per API endpoint;
+//! - [`rotation`]: reissuing a certificate in use before it expires.
 //!
 //! Architecture invariant: this crate does no networking; it only makes and stores keys.
 
+mod client_cert;
 mod join_token;
 mod kubeconfig;
 mod material;
+pub mod rotation;
 
+pub use client_cert::ClientCertError;
 pub use join_token::{ca_hash, JoinToken};
 pub use kubeconfig::{kubeconfig, KubeconfigContext};
 pub use material::ClusterMaterial;
@@ -37,12 +41,15 @@ pub enum PkiError {
     /// Reading or writing a key or certificate file failed.
     #[error("{path}: {source}")]
     Io { path: PathBuf, #[source] source: std::io::Error },
-    /// The request cannot be expressed in a certificate.
+    /// The text given is not a (PEM) certificate.
     #[error("{0}")]
     Unsupported(String),
     /// Key generation, parsing or signing failed.
     #[error("certificate: {0}")]
     Cert(#[from] rcgen::Error),
+    /// A client certificate could not be issued.
+    #[error(transparent)]
+    ClientCert(#[from] ClientCertError),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PkiError + '_ {
@@ -135,10 +142,6 @@ impl ClusterCa {
         IssuedCert { cert_pem: self.cert_pem.clone(), key_pem: self.key.serialize_pem() }.save(dir, "ca")
     }
 
-    fn issue(&self, params: CertificateParams) -> Result<IssuedCert, PkiError> {
-        self.issue_for(params, LEAF_VALIDITY)
-    }
-
     fn issue_for(&self, mut params: CertificateParams, validity: Duration) -> Result<IssuedCert, PkiError> {
         let key = KeyPair::generate()?;
         let now = OffsetDateTime::now_utc();
@@ -173,20 +176,10 @@ impl ClusterCa {
         self.issue_for(params, validity)
     }
 
-    /// A client certificate: CN = `user`, O = the group. At most one group: the
-    /// certificate library keeps one value per attribute type.
+    /// A client certificate: CN = `user`, and one O attribute per group, in order
+    /// (Kubernetes reads every O as a group). Valid for [`LEAF_VALIDITY`].
     pub fn issue_client(&self, user: &str, groups: &[&str]) -> Result<IssuedCert, PkiError> {
-        if groups.len() > 1 {
-            return Err(PkiError::Unsupported(format!("at most one group per client certificate, got {groups:?}")));
-        }
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.distinguished_name.push(DnType::CommonName, user);
-        for g in groups {
-            params.distinguished_name.push(DnType::OrganizationName, *g);
-        }
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        self.issue(params)
+        Ok(client_cert::issue(&self.cert_pem, &self.key, user, groups, LEAF_VALIDITY)?)
     }
 
     /// Loads `NAME.crt`/`NAME.key` from `dir`, or issues them with `make` and saves them.

@@ -1,12 +1,14 @@
 //! The Raft transport's client side: openraft's `RaftNetworkV2` over tonic gRPC.
 //!
 //! Peers are dialed plaintext or with TLS, as the [`PeerDialer`] given to the
-//! [`GrpcNetworkFactory`] says.
+//! [`GrpcNetworkFactory`] says (TLS through a connector the caller provides).
 //!
 //! API boundary: this module and [`crate::transport_service`] alone know how Raft
 //! messages travel between replicas.
 
+use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use keelson_proto::v1::raft_transport_client::RaftTransportClient;
@@ -17,7 +19,7 @@ use openraft::network::v2::RaftNetworkV2;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
 use openraft::OptionalSend;
 use tokio::io::AsyncReadExt;
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::{Channel, Endpoint};
 
 use crate::snapshot_file::SnapshotFile;
 use crate::types::{KeelsonRaft, MemberNode, NodeId, Vote};
@@ -33,14 +35,27 @@ pub fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
     PeerDialer::plaintext().channel(addr)
 }
 
-/// How a replica dials its peers: plaintext (`http://`) or TLS (`https://`).
+/// Makes a lazily connected channel to an endpoint through the caller's TLS connector;
+/// see [`PeerDialer::tls`].
+pub type TlsChannel = Arc<dyn Fn(Endpoint) -> Channel + Send + Sync>;
+
+/// How a replica dials its peers: plaintext, or TLS done by a connector the caller
+/// provides.
 ///
-/// With TLS, every channel uses the one [`ClientTlsConfig`] given (trusted CA and this
-/// replica's client identity); the server name checked is the host part of the peer's
-/// address (a DNS name, or an IP address matched against the certificate's IP SANs).
-#[derive(Clone, Debug, Default)]
+/// The endpoints handed to the connector are `http://host:port` with this module's
+/// settings (connect timeout, TCP no-delay, HTTP/2 keep-alive); the connector does the
+/// TLS (trusted CA, this replica's client identity, checking the peer's certificate
+/// against `host`), so a connector that reads a live identity presents the current
+/// certificate on every new connection.
+#[derive(Clone, Default)]
 pub struct PeerDialer {
-    tls: Option<ClientTlsConfig>,
+    tls: Option<TlsChannel>,
+}
+
+impl fmt::Debug for PeerDialer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PeerDialer").field("tls", &self.tls.is_some()).finish()
+    }
 }
 
 impl PeerDialer {
@@ -49,10 +64,11 @@ impl PeerDialer {
         Self { tls: None }
     }
 
-    /// TLS channels with `config`. Leave its domain name unset: each channel checks the
-    /// host it dials.
-    pub fn tls(config: ClientTlsConfig) -> Self {
-        Self { tls: Some(config) }
+    /// TLS channels: `connect` turns each configured `http://host:port` endpoint into a
+    /// lazily connected channel whose connections it makes with TLS (for example
+    /// `keelson_client::PeerIdentity::lazy_channel`).
+    pub fn tls(connect: impl Fn(Endpoint) -> Channel + Send + Sync + 'static) -> Self {
+        Self { tls: Some(Arc::new(connect)) }
     }
 
     /// Whether channels use TLS.
@@ -61,18 +77,17 @@ impl PeerDialer {
     }
 
     /// Opens a lazily connected channel to a replica's `host:port`. Fails only when the
-    /// address or the TLS configuration is unusable; unreachable peers fail per call.
+    /// address is unusable; unreachable peers fail per call.
     pub fn channel(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
-        let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let mut ep = Endpoint::from_shared(format!("{scheme}://{addr}"))?
+        let ep = Endpoint::from_shared(format!("http://{addr}"))?
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(5));
-        if let Some(tls) = &self.tls {
-            ep = ep.tls_config(tls.clone())?;
-        }
-        Ok(ep.connect_lazy())
+        Ok(match &self.tls {
+            Some(connect) => connect(ep),
+            None => ep.connect_lazy(),
+        })
     }
 }
 

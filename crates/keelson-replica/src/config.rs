@@ -2,9 +2,10 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use keelson_client::tls::PeerTls;
+use keelson_client::PeerIdentity;
 use keelson_mvcc::Revision;
 
 /// How a replica comes into its cluster the first time it starts. A replica whose data
@@ -59,14 +60,17 @@ pub struct ReplicaConfig {
     /// canceled with the revision to resume from.
     pub slow_watcher_timeout: Duration,
     /// Mutual TLS for all gRPC traffic, `None` = plaintext (the default). When set:
-    /// the server accepts only clients presenting a certificate signed by `tls.ca_pem`
-    /// (peers and store clients alike), serves `tls.cert_pem`, and every call this
-    /// replica makes to a peer (Raft RPCs and snapshots, forwarded writes, ReadIndex,
-    /// membership, joining) uses TLS with `tls.cert_pem` as its client identity. The
-    /// certificate therefore needs both ServerAuth and ClientAuth and a SAN for the host
-    /// part of `advertise_addr` (or of the listen address when that is what peers dial);
-    /// all replicas of a cluster must agree on TLS or not.
-    pub tls: Option<PeerTls>,
+    /// the server accepts only clients presenting a certificate signed by the identity's
+    /// CA (peers and store clients alike), serves the identity's certificate, and every
+    /// call this replica makes to a peer (Raft RPCs and snapshots, forwarded writes,
+    /// ReadIndex, membership, joining) uses TLS with that certificate as its client
+    /// identity. The certificate therefore needs both ServerAuth and ClientAuth and a SAN
+    /// for the host part of `advertise_addr` (or of the listen address when that is what
+    /// peers dial); all replicas of a cluster must agree on TLS or not. The certificate
+    /// can be replaced while the replica runs ([`PeerIdentity::replace`], what
+    /// `keelson_pki::rotation` does): every later handshake, on either side, uses the new
+    /// one.
+    pub tls: Option<Arc<PeerIdentity>>,
 }
 
 impl ReplicaConfig {
@@ -87,8 +91,8 @@ impl ReplicaConfig {
     }
 
     /// The same configuration with mutual TLS (see [`ReplicaConfig::tls`]).
-    pub fn with_tls(mut self, tls: PeerTls) -> Self {
-        self.tls = Some(tls);
+    pub fn with_tls(mut self, identity: Arc<PeerIdentity>) -> Self {
+        self.tls = Some(identity);
         self
     }
 }

@@ -20,10 +20,11 @@ mod read_index;
 mod replica;
 pub mod server;
 pub mod stats;
+mod tls_accept;
 mod watch;
 
 pub use config::{Bootstrap, CompactionPolicy, ReplicaConfig};
-pub use keelson_client::tls::PeerTls;
+pub use keelson_client::tls::{PeerIdentity, PeerTls};
 pub use keelson_raft::LogRetention;
 pub use replica::Replica;
 pub use server::{start, RunningReplica, StartError};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keelson_client::api::MemberAddCall;
-use keelson_client::{PeerTls, StoreClient};
+use keelson_client::{PeerIdentity, StoreClient};
 use keelson_mvcc::MvccStore;
 use keelson_proto::v1::cluster_server::ClusterServer;
 use keelson_proto::v1::raft_transport_server::RaftTransportServer;
@@ -37,9 +37,6 @@ pub enum StartError {
     Raft(String),
     #[error("{0}")]
     Bootstrap(String),
-    /// The TLS material in [`ReplicaConfig::tls`] is unusable.
-    #[error("TLS: {0}")]
-    Tls(String),
 }
 
 /// A started replica; dropping it does not stop it, [`RunningReplica::shutdown`] does.
@@ -88,17 +85,16 @@ impl RunningReplica {
 /// Starts a replica as configured. Returns once it serves; joining a cluster continues in
 /// the background (watch `keelson status`).
 ///
-/// With [`ReplicaConfig::tls`] the gRPC port speaks only mutual TLS and every outgoing
-/// call to a peer uses TLS; unusable TLS material fails here with [`StartError::Tls`]
-/// before anything is opened.
+/// With [`ReplicaConfig::tls`] the gRPC port speaks only mutual TLS (our own accept
+/// loop, [`crate::tls_accept`]) and every outgoing call to a peer uses TLS; both present
+/// the identity's current certificate at every new handshake, so replacing it (rotation)
+/// needs no restart.
 pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
-    let tls_err = |e: &dyn std::fmt::Display| StartError::Tls(e.to_string());
     let mut server = tonic::transport::Server::builder().tcp_nodelay(true);
     let dialer = match &cfg.tls {
-        Some(tls) => {
-            tls.validate().map_err(|e| tls_err(&e))?;
-            server = server.tls_config(tls.server_config()).map_err(|e| tls_err(&e))?;
-            PeerDialer::tls(tls.client_config())
+        Some(identity) => {
+            let identity = identity.clone();
+            PeerDialer::tls(move |endpoint| identity.lazy_channel(endpoint))
         }
         None => PeerDialer::plaintext(),
     };
@@ -167,15 +163,20 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
                 .max_encoding_message_size(256 << 20),
         )
         .add_service(ClusterServer::new(ClusterService { replica: replica.clone() }));
-    // Accepted sockets need TCP_NODELAY set here: the builder's setting only applies to
-    // listeners tonic binds itself. Without it, small replies wait for delayed ACKs (~40 ms).
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    let token = shutdown.clone();
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = grpc.serve_with_incoming_shutdown(incoming, token.cancelled_owned()).await {
-            tracing::error!(error = %e, "gRPC server failed");
+    match &cfg.tls {
+        Some(identity) => {
+            let (accept, incoming) = crate::tls_accept::spawn(listener, identity.server_config(), shutdown.clone());
+            tasks.push(accept);
+            tasks.push(spawn_grpc(grpc, incoming, shutdown.clone()));
         }
-    }));
+        None => {
+            // Accepted sockets need TCP_NODELAY set here: the builder's setting only applies
+            // to listeners tonic binds itself. Without it, small replies wait for delayed
+            // ACKs (~40 ms).
+            let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            tasks.push(spawn_grpc(grpc, incoming, shutdown.clone()));
+        }
+    }
     tasks.push(tokio::spawn(read_index::run(replica.clone(), read_index_rx, shutdown.clone())));
     tasks.push(tokio::spawn(crate::forward::run(replica.clone(), forward_rx, shutdown.clone())));
     tasks.push(tokio::spawn(crate::compactor::run(replica.clone(), cfg.compaction.clone(), shutdown.clone())));
@@ -207,10 +208,31 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
     Ok(RunningReplica { replica, shutdown, tasks, metrics_addr, db: db_handle })
 }
 
+/// Serves the gRPC services on the connections `incoming` yields until `shutdown`.
+fn spawn_grpc<IO, IE>(
+    grpc: tonic::transport::server::Router,
+    incoming: impl futures::Stream<Item = Result<IO, IE>> + Send + 'static,
+    shutdown: CancellationToken,
+) -> JoinHandle<()>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + tonic::transport::server::Connected + Unpin + Send + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    tokio::spawn(async move {
+        if let Err(e) = grpc.serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned()).await {
+            tracing::error!(error = %e, "gRPC server failed");
+        }
+    })
+}
+
 /// Asks the cluster at `peer` to add this replica (over TLS when `tls` is set), retrying
 /// until it succeeds.
-async fn join(peer: String, tls: Option<PeerTls>, call: MemberAddCall, shutdown: CancellationToken) {
-    let client = match StoreClient::with_transport(&[peer.as_str()], tls.as_ref()) {
+async fn join(peer: String, tls: Option<Arc<PeerIdentity>>, call: MemberAddCall, shutdown: CancellationToken) {
+    let client = match tls {
+        Some(identity) => StoreClient::with_identity(&[peer.as_str()], identity),
+        None => StoreClient::new(&[peer.as_str()]),
+    };
+    let client = match client {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot join");

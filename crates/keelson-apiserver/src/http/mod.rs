@@ -48,8 +48,9 @@ pub struct ApiServerConfig {
     pub client_ca_pem: String,
     /// The replica's store endpoint (`host:port`) the API server reads and writes through.
     pub store_endpoint: String,
-    /// Client identity for the replica's store API when it requires mutual TLS.
-    pub store_tls: Option<keelson_client::PeerTls>,
+    /// Client identity for the replica's store API when it requires mutual TLS (live: a
+    /// replaced certificate is used for every later connection).
+    pub store_tls: Option<Arc<keelson_client::PeerIdentity>>,
     /// The cluster's Secrets encryption key (32 bytes); `None` stores Secrets in plaintext.
     pub secrets_key: Option<Vec<u8>>,
     /// PKCS#8 PEM ECDSA P-256 key signing ServiceAccount tokens.
@@ -61,7 +62,7 @@ pub struct ApiServerConfig {
     /// Key material handed to servers joining with a token; `None` disables joining here.
     pub join: Option<crate::join::JoinMaterial>,
     /// Reissue the serving certificate before it expires.
-    pub cert_rotation: Option<tls::CertRotation>,
+    pub cert_rotation: Option<keelson_pki::rotation::CertRotation>,
     /// A join token (id, secret) to register if absent (the first server's token; no
     /// expiry, usable by servers and nodes).
     pub initial_join_token: Option<(String, String)>,
@@ -96,12 +97,18 @@ pub(crate) struct ApiState {
 
 /// Binds the listener and serves until `shutdown` is cancelled.
 pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<ServingApi, ApiServerError> {
-    let serving = Arc::new(tls::ReloadableCert::new(&cfg.cert_pem, &cfg.key_pem)?);
+    let serving = Arc::new(
+        keelson_client::tls::ReloadableCert::new(&cfg.cert_pem, &cfg.key_pem).map_err(|e| ApiServerError::Tls(format!("serving certificate: {e}")))?,
+    );
     let tls = Arc::new(tls::server_config(serving.clone(), &cfg.client_ca_pem)?);
     if let Some(rot) = cfg.cert_rotation.clone() {
-        tokio::spawn(tls::rotate(serving, rot, shutdown.clone()));
+        tokio::spawn(keelson_pki::rotation::run(serving, rot, shutdown.clone()));
     }
-    let client = StoreClient::with_transport(&[cfg.store_endpoint.as_str()], cfg.store_tls.as_ref()).map_err(|e| ApiServerError::Store(e.to_string()))?;
+    let client = match &cfg.store_tls {
+        Some(identity) => StoreClient::with_identity(&[cfg.store_endpoint.as_str()], identity.clone()),
+        None => StoreClient::new(&[cfg.store_endpoint.as_str()]),
+    }
+    .map_err(|e| ApiServerError::Store(e.to_string()))?;
     let cipher = match &cfg.secrets_key {
         Some(k) => Some(Arc::new(crate::encryption::SecretsCipher::new("key1", k).map_err(|e| ApiServerError::Encryption(e.to_string()))?)),
         None => None,
