@@ -2,6 +2,9 @@
 # Starts or stops a 3-member etcd cluster on loopback, for side-by-side benchmarks.
 #   etcd-cluster.sh start DIR   -> prints the client endpoints (host:port) on stdout
 #   etcd-cluster.sh stop DIR
+# With ETCD_TLS_DIR set (holding ca.crt, server.crt, server.key, client.crt, client.key),
+# client and peer traffic use mutual TLS, as a production etcd (and Keelson) does; the
+# server certificate must name 127.0.0.1 and allow both server and client auth.
 # Needs Debian's etcd-server package (installed when missing and running as root).
 set -euo pipefail
 cmd=${1:?usage: etcd-cluster.sh start|stop DIR}
@@ -22,9 +25,22 @@ start)
     fi
   fi
   mkdir -p "$dir"
+  scheme=http
+  tls_args=()
+  ctl_args=()
+  if [ -n "${ETCD_TLS_DIR:-}" ]; then
+    t=$ETCD_TLS_DIR
+    for f in ca.crt server.crt server.key client.crt client.key; do
+      [ -f "$t/$f" ] || { echo "ETCD_TLS_DIR=$t lacks $f" >&2; exit 1; }
+    done
+    scheme=https
+    tls_args=(--cert-file "$t/server.crt" --key-file "$t/server.key" --trusted-ca-file "$t/ca.crt" --client-cert-auth
+      --peer-cert-file "$t/server.crt" --peer-key-file "$t/server.key" --peer-trusted-ca-file "$t/ca.crt" --peer-client-cert-auth)
+    ctl_args=(--cacert "$t/ca.crt" --cert "$t/client.crt" --key "$t/client.key")
+  fi
   cluster=""
   for i in 1 2 3; do
-    cluster+="e$i=http://127.0.0.1:$((base + 10 * i + 1)),"
+    cluster+="e$i=$scheme://127.0.0.1:$((base + 10 * i + 1)),"
   done
   cluster=${cluster%,}
   endpoints=()
@@ -32,17 +48,17 @@ start)
     cport=$((base + 10 * i)); pport=$((base + 10 * i + 1))
     # Same durability as Keelson: fsync on every commit (etcd's default).
     "$etcd_bin" --name "e$i" --data-dir "$dir/e$i" \
-      --listen-client-urls "http://127.0.0.1:$cport" --advertise-client-urls "http://127.0.0.1:$cport" \
-      --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+      --listen-client-urls "$scheme://127.0.0.1:$cport" --advertise-client-urls "$scheme://127.0.0.1:$cport" \
+      --listen-peer-urls "$scheme://127.0.0.1:$pport" --initial-advertise-peer-urls "$scheme://127.0.0.1:$pport" \
       --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token keelson-bench \
-      --quota-backend-bytes $((8 * 1024 * 1024 * 1024)) \
+      --quota-backend-bytes $((8 * 1024 * 1024 * 1024)) "${tls_args[@]}" \
       >"$dir/e$i.log" 2>&1 &
     echo $! >"$dir/e$i.pid"
     endpoints+=("127.0.0.1:$cport")
   done
   # Wait until a leader exists (a put succeeds).
   for _ in $(seq 1 100); do
-    if ETCDCTL_API=3 etcdctl --endpoints="${endpoints[0]}" put /bench/ready 1 >/dev/null 2>&1; then
+    if ETCDCTL_API=3 etcdctl --endpoints="$scheme://${endpoints[0]}" "${ctl_args[@]}" put /bench/ready 1 >/dev/null 2>&1; then
       echo "${endpoints[*]}"
       exit 0
     fi

@@ -54,6 +54,11 @@ pub struct StoreBenchArgs {
     /// The etcd start script (default: deploy/etcd/etcd-cluster.sh above the current directory).
     #[arg(long)]
     pub etcd_script: Option<PathBuf>,
+    /// Run the started etcd without TLS. By default it uses mutual TLS on client and peer
+    /// traffic, as Keelson always does (and as a production etcd does), so both systems
+    /// pay for encryption.
+    #[arg(long)]
+    pub etcd_plaintext: bool,
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -111,7 +116,16 @@ async fn connect(system: &str, endpoints: &[String], n: usize, tls: Option<&Peer
             // client shares one channel per endpoint).
             let mut per_ep = Vec::new();
             for ep in endpoints {
-                let c = etcd_client::Client::connect([format!("http://{ep}")], None)
+                let (url, opts) = match tls {
+                    Some(t) => {
+                        let tls = etcd_client::TlsOptions::new()
+                            .ca_certificate(etcd_client::Certificate::from_pem(&t.ca_pem))
+                            .identity(etcd_client::Identity::from_pem(&t.cert_pem, &t.key_pem));
+                        (format!("https://{ep}"), Some(etcd_client::ConnectOptions::new().with_tls(tls)))
+                    }
+                    None => (format!("http://{ep}"), None),
+                };
+                let c = etcd_client::Client::connect([url], opts)
                     .await
                     .with_context(|| format!("connecting to etcd at {ep}"))?;
                 per_ep.push(c.kv_client());
@@ -253,6 +267,19 @@ fn find_etcd_script(explicit: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
     }
 }
 
+/// A throw-away CA with a server certificate for the etcd members (127.0.0.1, both
+/// server and client auth, for client and peer traffic) and a client certificate, saved
+/// in `dir` as the etcd start script expects; returns the client's identity.
+fn write_etcd_tls(dir: &std::path::Path) -> anyhow::Result<PeerTls> {
+    let ca = keelson_pki::ClusterCa::generate("etcd-bench")?;
+    let names = ["127.0.0.1".to_string(), "localhost".to_string()];
+    ca.issue_serving("etcd", &names)?.save(dir, "server")?;
+    let client = ca.issue_client("bench", &[])?;
+    client.save(dir, "client")?;
+    std::fs::write(dir.join("ca.crt"), ca.cert_pem())?;
+    Ok(PeerTls::new(ca.cert_pem(), client.cert_pem, client.key_pem))
+}
+
 /// Runs the bench as `keelson bench store` does.
 pub async fn run_store_bench(args: StoreBenchArgs) -> anyhow::Result<()> {
     for m in &args.mix {
@@ -264,6 +291,7 @@ pub async fn run_store_bench(args: StoreBenchArgs) -> anyhow::Result<()> {
         bail!("--clients needs positive counts");
     }
     let tmp = tempfile::tempdir()?;
+    let mut keelson_tls = false;
     let keelson = if args.etcd_only {
         None
     } else {
@@ -288,6 +316,7 @@ pub async fn run_store_bench(args: StoreBenchArgs) -> anyhow::Result<()> {
         } else {
             args.endpoints.clone()
         };
+        keelson_tls = tls.is_some();
         let res = bench_system("keelson", &endpoints, &args, tls.as_ref()).await;
         if let Some(c) = cluster {
             c.stop(Duration::from_secs(10)).await?;
@@ -301,12 +330,23 @@ pub async fn run_store_bench(args: StoreBenchArgs) -> anyhow::Result<()> {
     } else if args.compare_etcd || args.etcd_only {
         let script = find_etcd_script(&args.etcd_script)?;
         let dir = tmp.path().join("etcd");
-        let out = tokio::process::Command::new("bash").arg(&script).arg("start").arg(&dir).output().await?;
+        let mut start = tokio::process::Command::new("bash");
+        start.arg(&script).arg("start").arg(&dir);
+        let etcd_tls = if args.etcd_plaintext {
+            None
+        } else {
+            let tls_dir = tmp.path().join("etcd-tls");
+            let client = write_etcd_tls(&tls_dir)?;
+            start.env("ETCD_TLS_DIR", &tls_dir);
+            Some(client)
+        };
+        let out = start.output().await?;
         if !out.status.success() {
             bail!("{} start failed: {}", script.display(), String::from_utf8_lossy(&out.stderr));
         }
         let eps: Vec<String> = String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect();
-        let res = bench_system("etcd", &eps, &args, None).await;
+        eprintln!("bench: etcd: {} on {}", if etcd_tls.is_some() { "mutual TLS" } else { "plaintext" }, eps.join(","));
+        let res = bench_system("etcd", &eps, &args, etcd_tls.as_ref()).await;
         let _ = tokio::process::Command::new("bash").arg(&script).arg("stop").arg(&dir).output().await;
         etcd = Some(res?);
     }
@@ -314,6 +354,7 @@ pub async fn run_store_bench(args: StoreBenchArgs) -> anyhow::Result<()> {
     let params = serde_json::json!({
         "servers": args.servers, "clients": args.clients, "duration_secs": args.duration_secs,
         "value_size": args.value_size, "keys": args.keys, "mix": args.mix,
+        "keelson_tls": keelson_tls, "etcd_tls": !args.etcd_plaintext && args.etcd_endpoints.is_empty(),
     });
     if args.json {
         let mut obj = serde_json::Map::new();

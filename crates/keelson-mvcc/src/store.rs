@@ -28,7 +28,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use crate::backend::{BackendError, KvBackend, ReadView, WriteBatch};
+use crate::backend::{BackendError, BatchOp, KvBackend, ReadView, WriteBatch};
 use crate::compact;
 use crate::layout::{
     self, CompactionMarker, HistRecord, RevLogRecord, ALL_END, META_APPLIED, META_COMPACTED,
@@ -243,7 +243,10 @@ impl<B: KvBackend> MvccStore<B> {
                             if !pending.absorb(&b) {
                                 return Err(MvccError::Corrupt("transaction produced a range delete".into()));
                             }
-                            batch.ops.extend(b.ops);
+                            // Each transaction records the store revision; within one
+                            // write only the last of those matters, so it is written once
+                            // below instead of once per transaction.
+                            batch.ops.extend(b.ops.into_iter().filter(|op| !is_rev_meta_put(op)));
                             current = revision;
                             Some(Applied { response: CommandResponse::Txn(response), events, revision })
                         }
@@ -255,6 +258,9 @@ impl<B: KvBackend> MvccStore<B> {
             }
             drop(pending);
             drop(view);
+            if current != self.current_revision() {
+                batch.put(META_REV.to_vec(), layout::encode_rev(current));
+            }
             batch.put(META_APPLIED.to_vec(), last_applied.to_vec());
             self.backend.write(batch)?;
             self.current.store(current, Ordering::Release);
@@ -552,4 +558,8 @@ fn load_event<V: ReadView>(
     };
     let kind = if rec.deleted { EventKind::Delete } else { EventKind::Put };
     Ok(Event { kind, kv: rec.to_kv(key, rev), prev_kv })
+}
+
+fn is_rev_meta_put(op: &BatchOp) -> bool {
+    matches!(op, BatchOp::Put { key, .. } if key.as_slice() == META_REV)
 }
