@@ -16,9 +16,11 @@
 //! already open keep the one they were made with. Crypto is rustls with the ring
 //! provider.
 
+mod accept;
 mod connector;
 mod identity;
 
+pub use accept::{spawn_accept, TlsIncoming};
 pub use connector::DialError;
 pub use identity::{PeerIdentity, ReloadableCert};
 

@@ -20,7 +20,6 @@ mod read_index;
 mod replica;
 pub mod server;
 pub mod stats;
-mod tls_accept;
 mod watch;
 
 pub use config::{Bootstrap, CompactionPolicy, ReplicaConfig};

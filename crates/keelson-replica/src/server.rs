@@ -86,7 +86,7 @@ impl RunningReplica {
 /// the background (watch `keelson status`).
 ///
 /// With [`ReplicaConfig::tls`] the gRPC port speaks only mutual TLS (our own accept
-/// loop, [`crate::tls_accept`]) and every outgoing call to a peer uses TLS; both present
+/// loop, [`keelson_client::tls::spawn_accept`]) and every outgoing call to a peer uses TLS; both present
 /// the identity's current certificate at every new handshake, so replacing it (rotation)
 /// needs no restart.
 pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
@@ -165,7 +165,12 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
         .add_service(ClusterServer::new(ClusterService { replica: replica.clone() }));
     match &cfg.tls {
         Some(identity) => {
-            let (accept, incoming) = crate::tls_accept::spawn(listener, identity.server_config(), shutdown.clone());
+            let (accept, incoming) = keelson_client::tls::spawn_accept(
+                listener,
+                identity.server_config(),
+                keelson_client::tls::HANDSHAKE_TIMEOUT,
+                shutdown.clone(),
+            );
             tasks.push(accept);
             tasks.push(spawn_grpc(grpc, incoming, shutdown.clone()));
         }

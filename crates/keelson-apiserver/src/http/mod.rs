@@ -23,7 +23,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use keelson_client::StoreClient;
 use serde_json::Value;
 use tokio::task::JoinHandle;
-use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::audit::{AuditEntry, AuditLog};
@@ -94,6 +93,9 @@ pub(crate) struct ApiState {
     pub metrics: crate::metrics::ApiMetrics,
     pub watch_cache: Arc<crate::watch_cache::WatchCache>,
 }
+
+/// Longest a client's TLS handshake may take before its connection is dropped.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Binds the listener and serves until `shutdown` is cancelled.
 pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<ServingApi, ApiServerError> {
@@ -166,34 +168,16 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
             }
         }
     });
-    let acceptor = TlsAcceptor::from(tls);
+    let (accept, mut incoming) = keelson_client::tls::spawn_accept(listener, tls, HANDSHAKE_TIMEOUT, shutdown.clone());
     let task = tokio::spawn(async move {
-        loop {
-            let (tcp, peer) = tokio::select! {
-                _ = shutdown.cancelled() => break,
-                r = listener.accept() => match r {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept");
-                        continue;
-                    }
-                },
-            };
-            let _ = tcp.set_nodelay(true);
-            let acceptor = acceptor.clone();
+        use futures::StreamExt;
+        while let Some(conn) = incoming.next().await {
+            let Ok(tls) = conn else { continue };
             let state = state.clone();
             let token = shutdown.clone();
             tokio::spawn(async move {
-                let tls = match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp)).await {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => return,
-                };
                 let identity = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(tls::identity_of);
-                let peer = peer.to_string();
+                let peer = tls.get_ref().0.peer_addr().map(|a| a.to_string()).unwrap_or_default();
                 let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                     let state = state.clone();
                     let identity = identity.clone();
@@ -215,6 +199,7 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
                 }
             });
         }
+        let _ = accept.await;
     });
     Ok(ServingApi { addr, task })
 }

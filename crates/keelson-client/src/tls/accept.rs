@@ -1,18 +1,16 @@
-//! The replica's TLS accept loop for its gRPC port.
+//! The TLS accept loop of every Keelson server port: a replica's gRPC port and the
+//! Kubernetes API port.
 //!
 //! TCP connections are accepted in one task; each TLS handshake runs in its own task,
-//! bounded by [`HANDSHAKE_TIMEOUT`], so a peer that connects and stalls cannot hold up
-//! anyone else's accept. Finished handshakes are handed to the gRPC server as a stream.
-//! The server configuration comes from the replica's
-//! [`keelson_client::PeerIdentity`]: it requires a client certificate of the cluster CA
-//! and presents the identity's current certificate, so a rotated certificate is used from
-//! the next handshake on. Connections that are not TLS, present no certificate or one of
-//! another CA never reach the gRPC server.
+//! bounded by a timeout, so a peer that connects and stalls cannot hold up anyone else's
+//! accept. Finished handshakes are handed out as a stream. With a configuration from a
+//! [`crate::PeerIdentity`] (or one resolving a [`crate::tls::ReloadableCert`]), a rotated
+//! certificate is used from the next handshake on; connections that fail the handshake
+//! (not TLS, no certificate where one is required, another CA) never reach the server.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use keelson_client::tls::HANDSHAKE_TIMEOUT;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_rustls::rustls::ServerConfig;
@@ -24,13 +22,19 @@ use tokio_util::sync::CancellationToken;
 /// Connections whose handshake finished, waiting for the gRPC server to take them.
 const READY_BACKLOG: usize = 64;
 
-/// The stream of established TLS connections [`spawn`] hands out; it ends at shutdown
-/// (handshakes under way are dropped).
-pub(crate) type Incoming = ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>>;
+/// The stream of established TLS connections [`spawn_accept`] hands out; it ends at
+/// shutdown (handshakes under way are dropped).
+pub type TlsIncoming = ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>>;
 
-/// Starts accepting on `listener` with `config` until `shutdown`; returns the accept
-/// task and the established connections.
-pub(crate) fn spawn(listener: TcpListener, config: Arc<ServerConfig>, shutdown: CancellationToken) -> (JoinHandle<()>, Incoming) {
+/// Starts accepting on `listener` with `config` until `shutdown`, giving each handshake
+/// `handshake_timeout`; returns the accept task and the established connections (the
+/// peer's address is `stream.get_ref().0.peer_addr()`).
+pub fn spawn_accept(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+    handshake_timeout: Duration,
+    shutdown: CancellationToken,
+) -> (JoinHandle<()>, TlsIncoming) {
     let (tx, rx) = tokio::sync::mpsc::channel(READY_BACKLOG);
     let acceptor = TlsAcceptor::from(config);
     let task = tokio::spawn(async move {
@@ -41,7 +45,7 @@ pub(crate) fn spawn(listener: TcpListener, config: Arc<ServerConfig>, shutdown: 
                     Ok(c) => c,
                     Err(e) => {
                         // Out of descriptors and the like: back off instead of spinning.
-                        tracing::warn!(error = %e, "accepting a gRPC connection");
+                        tracing::warn!(error = %e, "accepting a connection");
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
@@ -51,7 +55,7 @@ pub(crate) fn spawn(listener: TcpListener, config: Arc<ServerConfig>, shutdown: 
             let _ = tcp.set_nodelay(true);
             let (acceptor, tx, shutdown) = (acceptor.clone(), tx.clone(), shutdown.clone());
             tokio::spawn(async move {
-                let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
+                let handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(tcp));
                 let r = tokio::select! {
                     _ = shutdown.cancelled() => return,
                     r = handshake => r,
@@ -60,8 +64,8 @@ pub(crate) fn spawn(listener: TcpListener, config: Arc<ServerConfig>, shutdown: 
                     Ok(Ok(tls)) => {
                         let _ = tx.send(Ok(tls)).await;
                     }
-                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "gRPC TLS handshake refused"),
-                    Err(_) => tracing::debug!(%peer, "gRPC TLS handshake timed out"),
+                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake refused"),
+                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                 }
             });
         }
@@ -72,11 +76,12 @@ pub(crate) fn spawn(listener: TcpListener, config: Arc<ServerConfig>, shutdown: 
 #[cfg(test)]
 mod tests {
     use futures::StreamExt;
-    use keelson_client::PeerTls;
     use keelson_pki::ClusterCa;
     use tokio::io::AsyncWriteExt;
 
     use super::*;
+    use crate::tls::HANDSHAKE_TIMEOUT;
+    use crate::PeerTls;
 
     #[tokio::test]
     async fn a_stalled_or_plaintext_peer_does_not_hold_up_a_good_handshake() {
@@ -86,7 +91,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let shutdown = CancellationToken::new();
-        let (task, mut incoming) = spawn(listener, identity.server_config(), shutdown.clone());
+        let (task, mut incoming) = spawn_accept(listener, identity.server_config(), HANDSHAKE_TIMEOUT, shutdown.clone());
 
         // One peer connects and says nothing; another speaks plaintext HTTP/2.
         let _stalled = TcpStream::connect(addr).await.expect("connect");
