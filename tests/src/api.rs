@@ -33,8 +33,10 @@ pub struct ApiCluster {
     api_addrs: Vec<SocketAddr>,
 }
 
+/// A loopback address free now, for a server that binds it later (and again after a
+/// restart); see [`keelson_localcluster::free_loopback_port`].
 fn free_addr() -> anyhow::Result<SocketAddr> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+    Ok(SocketAddr::from(([127, 0, 0, 1], keelson_localcluster::free_loopback_port()?)))
 }
 
 impl ApiCluster {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use keelson_client::StoreClient;
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    keelson_localcluster::free_loopback_port().expect("a free loopback port")
 }
 
 struct Server {

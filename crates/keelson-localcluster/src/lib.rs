@@ -9,11 +9,14 @@
 //!               "metrics_addr": "127.0.0.1:23891", "data_dir": "...", "running": true}]}
 //! ```
 
+mod ports;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use keelson_client::StoreClient;
+pub use ports::free_loopback_port;
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
@@ -101,8 +104,7 @@ fn write_kubeconfig(dir: &Path, manifest: &Manifest) -> Result<(), LocalClusterE
 }
 
 fn free_port() -> Result<u16, LocalClusterError> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(io_err(Path::new("127.0.0.1:0")))?;
-    Ok(l.local_addr().map_err(io_err(Path::new("127.0.0.1:0")))?.port())
+    free_loopback_port().map_err(io_err(Path::new("127.0.0.1")))
 }
 
 impl LocalCluster {
