@@ -256,12 +256,29 @@ impl LocalCluster {
             }
             if Instant::now() >= deadline {
                 return Err(LocalClusterError::NotReady(format!(
-                    "cluster did not reach {n} voters with a leader within {timeout:?}; see the server.log files under {}",
-                    self.spec.dir.display()
+                    "cluster did not reach {n} voters with a leader within {timeout:?}; the server.log files under {} end with:{}",
+                    self.spec.dir.display(),
+                    self.log_tails(8)
                 )));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// The last `lines` lines of every server's log, one block per server (so an error
+    /// says why a server did not come up even after its directory is gone).
+    fn log_tails(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for s in &self.manifest.servers {
+            let text = std::fs::read_to_string(s.data_dir.join("server.log")).unwrap_or_else(|e| format!("(unreadable: {e})"));
+            let all: Vec<&str> = text.lines().collect();
+            out.push_str(&format!("\n--- {} ---", s.name));
+            for l in &all[all.len().saturating_sub(lines)..] {
+                out.push_str("\n  ");
+                out.push_str(l);
+            }
+        }
+        out
     }
 
     /// Waits until every running server accepts connections on its API address.
