@@ -22,13 +22,11 @@
 
 use std::sync::Arc;
 
-use keelson_jepsen::{EventKind, Function, HistoryEvent, HistoryWriter, Value};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use keelson_jepsen::{Function, HistoryWriter, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::kube_api::{self, KubeTarget, Servers};
-use crate::register::{WriteOutcome, CAS_MISMATCH, OP_TIMEOUT};
+use crate::register::{client_loop, Outcome, RegisterTarget, RegisterWorkload, WriteOutcome, CAS_MISMATCH};
 
 /// The error of a cas whose conditional PUT got 409 Conflict (served, not applied).
 pub const CAS_CONFLICT: &str = "conflict: resourceVersion changed since the read";
@@ -54,18 +52,12 @@ impl Default for KubeRegisterWorkload {
     }
 }
 
-enum Outcome {
-    Ok(Value),
-    Fail { error: String, rotate: bool },
-    Info(String),
-}
-
-impl Outcome {
-    fn from_error(e: &kube::Error) -> Outcome {
-        match kube_api::classify(e) {
-            WriteOutcome::Fail(m) => Outcome::Fail { error: m, rotate: !kube_api::served(e) },
-            WriteOutcome::Info(m) => Outcome::Info(m),
-        }
+/// The outcome of a failed Kubernetes API call: `fail` when nothing was written (the
+/// client moves on unless the server answered), `info` when it may have been.
+fn outcome_of(e: &kube::Error) -> Outcome {
+    match kube_api::classify(e) {
+        WriteOutcome::Fail(m) => Outcome::Fail { error: m, rotate: !kube_api::served(e) },
+        WriteOutcome::Info(m) => Outcome::Info(m),
     }
 }
 
@@ -100,12 +92,12 @@ impl KubeRegisterWorkload {
                     return 0;
                 }
             };
-            let w = self.clone();
+            let w = RegisterWorkload { clients: self.clients, keys: self.keys, values: self.values, think: self.think };
             let history = history.clone();
             let stop = stop.clone();
             let servers = Servers::new(clients, c);
             tasks.push(tokio::spawn(async move {
-                w.client_loop(c as u64, servers, history, seed ^ (c as u64).wrapping_mul(0x9e37_79b9), stop).await
+                client_loop(&w, c as u64, KubeRegisters(servers), history, seed ^ (c as u64).wrapping_mul(0x9e37_79b9), stop).await
             }));
         }
         let mut total = 0;
@@ -115,48 +107,18 @@ impl KubeRegisterWorkload {
         let _ = history.flush();
         total
     }
+}
 
-    async fn client_loop(&self, first_process: u64, mut servers: Servers, history: Arc<HistoryWriter>, seed: u64, stop: CancellationToken) -> u64 {
-        let mut rng = StdRng::seed_from_u64(seed);
-        let mut process = first_process;
-        let mut invoked = 0;
-        while !stop.is_cancelled() {
-            let key = format!("{}", rng.gen_range(0..self.keys));
-            let (f, arg) = match rng.gen_range(0..3) {
-                0 => (Function::Read, Value::Nil),
-                1 => (Function::Write, Value::Int(rng.gen_range(0..self.values))),
-                _ => (Function::Cas, Value::pair(Value::Int(rng.gen_range(0..self.values)), Value::Int(rng.gen_range(0..self.values)))),
-            };
-            if history.invoke(process, f, Some(&key), arg.clone()).is_err() {
-                return invoked;
-            }
-            invoked += 1;
-            let outcome = match tokio::time::timeout(OP_TIMEOUT, perform(&servers, &configmap_name(&key), f, &arg)).await {
-                Ok(o) => o,
-                Err(_) => Outcome::Info("timed out".into()),
-            };
-            let (kind, value, error, rotate) = match outcome {
-                Outcome::Ok(v) => (EventKind::Ok, v, None, false),
-                Outcome::Fail { error, rotate } => (EventKind::Fail, arg.clone(), Some(error), rotate),
-                Outcome::Info(e) => (EventKind::Info, arg.clone(), Some(e), true),
-            };
-            let mut event = HistoryEvent::new(process, kind, f, value).with_key(key.clone());
-            event.error = error;
-            if history.record_now(event).is_err() {
-                return invoked;
-            }
-            if kind == EventKind::Info {
-                // A crashed process never comes back: continue as a new one.
-                process += self.clients as u64;
-            }
-            if rotate {
-                servers.rotate();
-            }
-            if !self.think.is_zero() {
-                tokio::time::sleep(self.think).await;
-            }
-        }
-        invoked
+/// Registers as ConfigMaps, through one client per API server.
+struct KubeRegisters(Servers);
+
+impl RegisterTarget for KubeRegisters {
+    async fn perform(&self, key: &str, f: Function, arg: &Value) -> Outcome {
+        perform(&self.0, &configmap_name(key), f, arg).await
+    }
+
+    fn rotate(&mut self) {
+        self.0.rotate();
     }
 }
 
@@ -169,46 +131,46 @@ async fn perform(servers: &Servers, name: &str, f: Function, arg: &Value) -> Out
             Err(e) => Outcome::Fail { error: format!("read: {e}"), rotate: true },
         },
         Function::Write => {
-            let Value::Int(v) = arg else { return Outcome::Fail { error: "bad write argument".into(), rotate: false } };
+            let Value::Int(v) = arg else { return Outcome::fail("bad write argument") };
             let cm = kube_api::configmap(name, &v.to_string(), None);
             // Every attempt but the last ended without writing (404 or AlreadyExists).
             for _ in 0..5 {
                 match api.replace(name, &Default::default(), &cm).await {
                     Ok(_) => return Outcome::Ok(arg.clone()),
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => return Outcome::from_error(&e),
+                    Err(e) => return outcome_of(&e),
                 }
                 match api.create(&Default::default(), &cm).await {
                     Ok(_) => return Outcome::Ok(arg.clone()),
                     Err(kube::Error::Api(s)) if s.code == 409 => {}
-                    Err(e) => return Outcome::from_error(&e),
+                    Err(e) => return outcome_of(&e),
                 }
             }
-            Outcome::Fail { error: "gave up: the object kept appearing and disappearing".into(), rotate: false }
+            Outcome::fail("gave up: the object kept appearing and disappearing")
         }
         Function::Cas => {
-            let Value::List(pair) = arg else { return Outcome::Fail { error: "bad cas argument".into(), rotate: false } };
+            let Value::List(pair) = arg else { return Outcome::fail("bad cas argument") };
             let (Some(Value::Int(from)), Some(Value::Int(to))) = (pair.first(), pair.get(1)) else {
-                return Outcome::Fail { error: "bad cas argument".into(), rotate: false };
+                return Outcome::fail("bad cas argument");
             };
             let current = match api.get_opt(name).await {
                 Ok(c) => c,
                 Err(e) => return Outcome::Fail { error: format!("cas read: {e}"), rotate: true },
             };
-            let Some(current) = current else { return Outcome::Fail { error: CAS_MISMATCH.into(), rotate: false } };
+            let Some(current) = current else { return Outcome::fail(CAS_MISMATCH) };
             if kube_api::value_of(&current) != Some(from.to_string().as_str()) {
-                return Outcome::Fail { error: CAS_MISMATCH.into(), rotate: false };
+                return Outcome::fail(CAS_MISMATCH);
             }
             let Some(rv) = current.metadata.resource_version.clone().filter(|rv| !rv.is_empty()) else {
-                return Outcome::Fail { error: "object read without a resourceVersion".into(), rotate: false };
+                return Outcome::fail("object read without a resourceVersion");
             };
             let next = kube_api::configmap(name, &to.to_string(), Some(rv));
             match api.replace(name, &Default::default(), &next).await {
                 Ok(_) => Outcome::Ok(arg.clone()),
-                Err(kube::Error::Api(s)) if s.code == 409 => Outcome::Fail { error: CAS_CONFLICT.into(), rotate: false },
-                Err(e) => Outcome::from_error(&e),
+                Err(kube::Error::Api(s)) if s.code == 409 => Outcome::fail(CAS_CONFLICT),
+                Err(e) => outcome_of(&e),
             }
         }
-        _ => Outcome::Fail { error: "unsupported function".into(), rotate: false },
+        _ => Outcome::fail("unsupported function"),
     }
 }

@@ -148,17 +148,18 @@ impl KubeWatchWorkload {
 
         let (target_tx, target_rx) = tokio::sync::watch::channel::<Option<u64>>(None);
         let watch_stop = CancellationToken::new();
+        // One set of API clients per watcher and per writer.
+        let mut client_sets = match (0..self.watchers + self.writers).map(|_| kube_api::clients(&configs)).collect::<Result<Vec<_>, _>>() {
+            Ok(sets) => sets.into_iter(),
+            Err(e) => {
+                result.violations.push(e);
+                return result;
+            }
+        };
         let mut watchers = Vec::new();
         for w in 0..self.watchers {
             let me = self.clone();
-            let clients = match kube_api::clients(&configs) {
-                Ok(c) => c,
-                Err(e) => {
-                    result.violations.push(e);
-                    watch_stop.cancel();
-                    return result;
-                }
-            };
+            let clients = client_sets.next().expect("one client set per watcher");
             // Watchers start on the servers after the writers' first ones.
             let servers = Servers::new(clients, w + self.writers);
             let (history, stop, target) = (history.clone(), watch_stop.clone(), target_rx.clone());
@@ -169,14 +170,7 @@ impl KubeWatchWorkload {
         let mut writers = Vec::new();
         for c in 0..self.writers {
             let me = self.clone();
-            let clients = match kube_api::clients(&configs) {
-                Ok(c) => c,
-                Err(e) => {
-                    result.violations.push(e);
-                    watch_stop.cancel();
-                    return result;
-                }
-            };
+            let clients = client_sets.next().expect("one client set per writer");
             let servers = Servers::new(clients, c);
             let (history, stop) = (history.clone(), stop.clone());
             writers.push(tokio::spawn(async move { me.writer(c as u64, servers, history, seed ^ (c as u64 * 31), stop).await }));

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use keelson_client::api::{ReadConsistency, StoreError};
 use keelson_client::{ClientError, PeerTls, StoreClient};
-use keelson_jepsen::{EventKind, Function, HistoryWriter, Value};
+use keelson_jepsen::{EventKind, Function, HistoryEvent, HistoryWriter, Value};
 use keelson_mvcc::{Compare, CompareOp, CompareTarget, KeyRange, Op, PutRequest, RangeRequest, TxnRequest};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -45,10 +45,22 @@ impl Default for RegisterWorkload {
     }
 }
 
-enum Outcome {
+/// What one register operation came to, in either workload.
+pub(crate) enum Outcome {
+    /// Acknowledged, with the value read or written.
     Ok(Value),
-    Fail(String),
+    /// Definitely not applied; `rotate`: the server may be at fault, so the client moves
+    /// to the next one.
+    Fail { error: String, rotate: bool },
+    /// May or may not have been applied.
     Info(String),
+}
+
+impl Outcome {
+    /// A failure after which the client stays on its server.
+    pub(crate) fn fail(error: impl Into<String>) -> Self {
+        Outcome::Fail { error: error.into(), rotate: false }
+    }
 }
 
 /// How a failed write is recorded.
@@ -62,7 +74,7 @@ pub(crate) enum WriteOutcome {
 impl From<WriteOutcome> for Outcome {
     fn from(w: WriteOutcome) -> Self {
         match w {
-            WriteOutcome::Fail(m) => Outcome::Fail(m),
+            WriteOutcome::Fail(m) => Outcome::Fail { error: m, rotate: true },
             WriteOutcome::Info(m) => Outcome::Info(m),
         }
     }
@@ -112,7 +124,9 @@ impl RegisterWorkload {
             let w = self.clone();
             let history = history.clone();
             let stop = stop.clone();
-            tasks.push(tokio::spawn(async move { w.client_loop(c as u64, client, history, seed ^ (c as u64 * 0x9e37), stop).await }));
+            tasks.push(tokio::spawn(async move {
+                client_loop(&w, c as u64, StoreRegisters(client), history, seed ^ (c as u64 * 0x9e37), stop).await
+            }));
         }
         let mut total = 0;
         for t in tasks {
@@ -121,74 +135,101 @@ impl RegisterWorkload {
         let _ = history.flush();
         total
     }
+}
 
-    async fn client_loop(&self, first_process: u64, client: StoreClient, history: Arc<HistoryWriter>, seed: u64, stop: CancellationToken) -> u64 {
-        let mut rng = StdRng::seed_from_u64(seed);
-        let mut process = first_process;
-        let mut invoked = 0;
-        while !stop.is_cancelled() {
-            let key = format!("{}", rng.gen_range(0..self.keys));
-            let store_key = format!("{REGISTER_PREFIX}{key}");
-            let (f, arg) = match rng.gen_range(0..3) {
-                0 => (Function::Read, Value::Nil),
-                1 => (Function::Write, Value::Int(rng.gen_range(0..self.values))),
-                _ => (Function::Cas, Value::pair(Value::Int(rng.gen_range(0..self.values)), Value::Int(rng.gen_range(0..self.values)))),
-            };
-            if history.invoke(process, f, Some(&key), arg.clone()).is_err() {
-                return invoked;
-            }
-            invoked += 1;
-            let outcome = match tokio::time::timeout(OP_TIMEOUT, self.perform(&client, &store_key, f, &arg)).await {
-                Ok(o) => o,
-                Err(_) => Outcome::Info("timed out".into()),
-            };
-            let (kind, value, error) = match outcome {
-                Outcome::Ok(v) => (EventKind::Ok, v, None),
-                Outcome::Fail(e) => (EventKind::Fail, arg.clone(), Some(e)),
-                Outcome::Info(e) => (EventKind::Info, arg.clone(), Some(e)),
-            };
-            let mut event = keelson_jepsen::HistoryEvent::new(process, kind, f, value).with_key(key.clone());
-            event.error = error;
-            if history.record_now(event).is_err() {
-                return invoked;
-            }
-            match kind {
-                EventKind::Info => {
-                    // A crashed process never comes back: continue as a new one.
-                    process += self.clients as u64;
-                    client.rotate();
-                }
-                EventKind::Fail => client.rotate(),
-                _ => {}
-            }
-            if !self.think.is_zero() {
-                tokio::time::sleep(self.think).await;
-            }
+/// Where a register client sends its operations: the store API ([`StoreRegisters`]) or
+/// the Kubernetes API (`crate::kube_register`).
+pub(crate) trait RegisterTarget {
+    /// Performs `f` with `arg` on register `key` (the history's key, e.g. `"3"`).
+    fn perform(&self, key: &str, f: Function, arg: &Value) -> impl std::future::Future<Output = Outcome> + Send;
+    /// Moves on to the next server.
+    fn rotate(&mut self);
+}
+
+/// One client of a register workload (store or Kubernetes API): draws operations on
+/// `w.keys` registers with values from `0..w.values`, records each invoke and
+/// completion, and runs until `stop`. After `info` the process counts as crashed and
+/// continues under a new id (`+ w.clients`); after `info`, or a failure that may be the
+/// server's, the client moves to the next server. Returns how many operations it invoked.
+pub(crate) async fn client_loop<T: RegisterTarget>(
+    w: &RegisterWorkload,
+    first_process: u64,
+    mut target: T,
+    history: Arc<HistoryWriter>,
+    seed: u64,
+    stop: CancellationToken,
+) -> u64 {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut process = first_process;
+    let mut invoked = 0;
+    while !stop.is_cancelled() {
+        let key = format!("{}", rng.gen_range(0..w.keys));
+        let (f, arg) = match rng.gen_range(0..3) {
+            0 => (Function::Read, Value::Nil),
+            1 => (Function::Write, Value::Int(rng.gen_range(0..w.values))),
+            _ => (Function::Cas, Value::pair(Value::Int(rng.gen_range(0..w.values)), Value::Int(rng.gen_range(0..w.values)))),
+        };
+        if history.invoke(process, f, Some(&key), arg.clone()).is_err() {
+            return invoked;
         }
-        invoked
+        invoked += 1;
+        let outcome = match tokio::time::timeout(OP_TIMEOUT, target.perform(&key, f, &arg)).await {
+            Ok(o) => o,
+            Err(_) => Outcome::Info("timed out".into()),
+        };
+        let (kind, value, error, rotate) = match outcome {
+            Outcome::Ok(v) => (EventKind::Ok, v, None, false),
+            Outcome::Fail { error, rotate } => (EventKind::Fail, arg.clone(), Some(error), rotate),
+            Outcome::Info(e) => (EventKind::Info, arg.clone(), Some(e), true),
+        };
+        let mut event = HistoryEvent::new(process, kind, f, value).with_key(key);
+        event.error = error;
+        if history.record_now(event).is_err() {
+            return invoked;
+        }
+        if kind == EventKind::Info {
+            // A crashed process never comes back: continue as a new one.
+            process += w.clients as u64;
+        }
+        if rotate {
+            target.rotate();
+        }
+        if !w.think.is_zero() {
+            tokio::time::sleep(w.think).await;
+        }
     }
+    invoked
+}
 
-    async fn perform(&self, client: &StoreClient, key: &str, f: Function, arg: &Value) -> Outcome {
+/// Registers as store keys `REGISTER_PREFIX<key>`, through one [`StoreClient`]. Every
+/// failure moves the client to the next replica.
+struct StoreRegisters(StoreClient);
+
+impl RegisterTarget for StoreRegisters {
+    async fn perform(&self, key: &str, f: Function, arg: &Value) -> Outcome {
+        let client = &self.0;
+        let key = format!("{REGISTER_PREFIX}{key}");
+        let fail = |error: String| Outcome::Fail { error, rotate: true };
         match f {
             Function::Read => {
-                let req = RangeRequest { range: KeyRange::single(key), ..Default::default() };
+                let req = RangeRequest { range: KeyRange::single(key.as_str()), ..Default::default() };
                 match client.range(req, ReadConsistency::Linearizable).await {
                     Ok(r) => Outcome::Ok(r.response.kvs.first().map(|kv| parse_value(&kv.value)).unwrap_or(Value::Nil)),
                     // A read that got no answer changed nothing.
-                    Err(e) => Outcome::Fail(e.to_string()),
+                    Err(e) => fail(e.to_string()),
                 }
             }
             Function::Write => {
-                let Value::Int(v) = arg else { return Outcome::Fail("bad write argument".into()) };
+                let Value::Int(v) = arg else { return fail("bad write argument".into()) };
                 match client.put(key.as_bytes(), v.to_string().as_bytes()).await {
                     Ok(_) => Outcome::Ok(arg.clone()),
                     Err(e) => classify_write_error(&e).into(),
                 }
             }
             Function::Cas => {
-                let Value::List(pair) = arg else { return Outcome::Fail("bad cas argument".into()) };
+                let Value::List(pair) = arg else { return fail("bad cas argument".into()) };
                 let (Some(Value::Int(from)), Some(Value::Int(to))) = (pair.first(), pair.get(1)) else {
-                    return Outcome::Fail("bad cas argument".into());
+                    return fail("bad cas argument".into());
                 };
                 let txn = TxnRequest {
                     compare: vec![Compare {
@@ -201,11 +242,15 @@ impl RegisterWorkload {
                 };
                 match client.txn(txn).await {
                     Ok(r) if r.response.succeeded => Outcome::Ok(arg.clone()),
-                    Ok(_) => Outcome::Fail(CAS_MISMATCH.into()),
+                    Ok(_) => fail(CAS_MISMATCH.into()),
                     Err(e) => classify_write_error(&e).into(),
                 }
             }
-            _ => Outcome::Fail("unsupported function".into()),
+            _ => fail("unsupported function".into()),
         }
+    }
+
+    fn rotate(&mut self) {
+        self.0.rotate();
     }
 }
