@@ -3,7 +3,7 @@
 //! Every reply is `Result<Reply, StoreError>`; gRPC status codes are used only for
 //! transport failures. Versioning: add enum variants at the end, fields never change.
 
-use keelson_mvcc::{Event, KeyRange, RangeRequest, RangeResponse, Revision, TxnResponse};
+use keelson_mvcc::{Event, KeyRange, RangeRequest, RangeResponse, Revision, TxnRequest, TxnResponse};
 use serde::{Deserialize, Serialize};
 
 /// Facts about the replica that answered, attached to every reply.
@@ -42,6 +42,71 @@ pub struct RangeReply {
 pub struct TxnReply {
     pub header: ResponseHeader,
     pub response: TxnResponse,
+}
+
+/// One call on a `Store.Batch` stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StoreCall {
+    Range(RangeCall),
+    Txn(TxnRequest),
+}
+
+/// The answer to one [`StoreCall`], of the same kind.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StoreCallReply {
+    Range(Result<RangeReply, StoreError>),
+    Txn(Result<TxnReply, StoreError>),
+}
+
+/// Client → server message on a `Store.Batch` stream: calls, each with an id the client
+/// chose, unique on the stream.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallFrame {
+    pub calls: Vec<(u64, StoreCall)>,
+}
+
+/// Server → client message on a `Store.Batch` stream: replies by call id, in the order
+/// they completed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyFrame {
+    pub replies: Vec<(u64, StoreCallReply)>,
+    /// The leader's address (`host:port`) as the replica knows it when the frame leaves,
+    /// so a client that can reach it may send writes there directly.
+    pub leader: Option<String>,
+}
+
+impl StoreCall {
+    /// Roughly how many bytes the call takes on the wire (keys and values), to keep
+    /// frames bounded.
+    pub fn wire_size(&self) -> usize {
+        match self {
+            StoreCall::Range(r) => 32 + r.request.range.key.len() + r.request.range.range_end.len(),
+            StoreCall::Txn(t) => t.wire_size(),
+        }
+    }
+}
+
+impl StoreCallReply {
+    /// Roughly how many bytes the reply takes on the wire (keys and values).
+    pub fn wire_size(&self) -> usize {
+        let kv = |k: &keelson_mvcc::KeyValue| 48 + k.key.len() + k.value.len();
+        match self {
+            StoreCallReply::Range(Ok(r)) => 48 + r.response.kvs.iter().map(kv).sum::<usize>(),
+            StoreCallReply::Txn(Ok(t)) => {
+                48 + t
+                    .response
+                    .responses
+                    .iter()
+                    .map(|r| match r {
+                        keelson_mvcc::OpResponse::Range(r) => r.kvs.iter().map(kv).sum::<usize>(),
+                        keelson_mvcc::OpResponse::Put(p) => p.prev_kv.as_ref().map_or(0, kv),
+                        keelson_mvcc::OpResponse::DeleteRange(d) => d.prev_kvs.iter().map(kv).sum::<usize>(),
+                    })
+                    .sum::<usize>()
+            }
+            StoreCallReply::Range(Err(_)) | StoreCallReply::Txn(Err(_)) => 128,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

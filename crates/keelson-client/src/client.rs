@@ -17,6 +17,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::api::*;
+use crate::call_mux::{CallMux, LeaderHint, NOT_SENT};
 use crate::tls::{PeerIdentity, PeerTls, TlsError};
 
 /// A client-side failure.
@@ -42,9 +43,10 @@ pub enum ClientError {
 
 /// True when a call failed before anything was sent: the channel could not connect, so
 /// the server never saw the request. (tonic reports that as `Unavailable` with a connect
-/// error message.)
+/// error message; a batched call that was never written says [`NOT_SENT`].)
 pub fn never_sent(status: &tonic::Status) -> bool {
-    status.code() == tonic::Code::Unavailable && status.message().contains("connect")
+    status.code() == tonic::Code::Unavailable
+        && (status.message().contains("connect") || status.message().starts_with(NOT_SENT))
 }
 
 impl ClientError {
@@ -61,10 +63,25 @@ impl ClientError {
 
 /// A store client over a fixed list of replica endpoints (`host:port`), plaintext or
 /// mutual TLS (see [`crate::tls`]).
+///
+/// Clones share one connection per endpoint, and range and transaction calls to an
+/// endpoint share one `Store.Batch` stream on it (see the `call_mux` module), so many
+/// concurrent callers cost about as much as a few.
+///
+/// Reads go to the current endpoint. Transactions go to the leader when one of the
+/// endpoints is known to be it (replies name the leader), saving the hop a follower would
+/// make to forward them; otherwise to the current endpoint, which forwards them.
 #[derive(Clone)]
 pub struct StoreClient {
-    endpoints: Arc<Vec<(String, Channel)>>,
+    endpoints: Arc<Vec<ReplicaEndpoint>>,
     current: Arc<AtomicUsize>,
+    leader: Arc<LeaderHint>,
+}
+
+struct ReplicaEndpoint {
+    addr: String,
+    channel: Channel,
+    calls: CallMux,
 }
 
 impl StoreClient {
@@ -102,6 +119,12 @@ impl StoreClient {
         if endpoints.is_empty() {
             return Err(ClientError::BadEndpoint("(none given)".into()));
         }
+        let mut names = Vec::new();
+        for e in endpoints {
+            let e = e.as_ref();
+            names.push(e.strip_prefix("https://").or_else(|| e.strip_prefix("http://")).unwrap_or(e).to_string());
+        }
+        let leader = Arc::new(LeaderHint::new(names));
         let mut chans = Vec::new();
         for e in endpoints {
             let e = e.as_ref();
@@ -115,29 +138,34 @@ impl StoreClient {
                 Some(identity) => identity.lazy_channel(ep),
                 None => ep.connect_lazy(),
             };
-            chans.push((e, ch));
+            chans.push(ReplicaEndpoint { calls: CallMux::new(e.clone(), ch.clone(), leader.clone()), addr: e, channel: ch });
         }
-        Ok(Self { endpoints: Arc::new(chans), current: Arc::new(AtomicUsize::new(0)) })
+        Ok(Self { endpoints: Arc::new(chans), current: Arc::new(AtomicUsize::new(0)), leader })
     }
 
     /// A client that starts on endpoint `index` (so many clients spread over replicas).
     pub fn starting_at(&self, index: usize) -> Self {
-        Self { endpoints: self.endpoints.clone(), current: Arc::new(AtomicUsize::new(index % self.endpoints.len())) }
+        Self {
+            endpoints: self.endpoints.clone(),
+            current: Arc::new(AtomicUsize::new(index % self.endpoints.len())),
+            leader: self.leader.clone(),
+        }
     }
 
     /// The endpoint calls currently go to.
     pub fn endpoint(&self) -> &str {
-        &self.endpoints[self.current.load(Ordering::Relaxed) % self.endpoints.len()].0
+        &self.pick().addr
     }
 
-    fn pick(&self) -> (String, Channel) {
-        let i = self.current.load(Ordering::Relaxed) % self.endpoints.len();
-        self.endpoints[i].clone()
+    fn pick(&self) -> &ReplicaEndpoint {
+        &self.endpoints[self.current.load(Ordering::Relaxed) % self.endpoints.len()]
     }
 
-    /// Moves to the next replica.
+    /// Moves to the next replica, and forgets the leader until a reply names it again
+    /// (so a caller that gives up on a replica does not keep writing to it as the leader).
     pub fn rotate(&self) {
         self.current.fetch_add(1, Ordering::Relaxed);
+        self.leader.clear();
     }
 
     async fn call<Req: Serialize, Rep: DeserializeOwned>(
@@ -145,9 +173,11 @@ impl StoreClient {
         req: &Req,
         invoke: impl AsyncFnOnce(Channel, Envelope) -> Result<tonic::Response<Envelope>, tonic::Status>,
     ) -> Result<Rep, ClientError> {
-        let (endpoint, ch) = self.pick();
+        let ep = self.pick();
         let env = Envelope { payload: postcard::to_stdvec(req).map_err(|e| ClientError::Decode(e.to_string()))? };
-        let resp = invoke(ch, env).await.map_err(|status| ClientError::Transport { endpoint, status })?;
+        let resp = invoke(ep.channel.clone(), env)
+            .await
+            .map_err(|status| ClientError::Transport { endpoint: ep.addr.clone(), status })?;
         let reply: Result<Rep, StoreError> =
             postcard::from_bytes(&resp.get_ref().payload).map_err(|e| ClientError::Decode(e.to_string()))?;
         Ok(reply?)
@@ -156,10 +186,14 @@ impl StoreClient {
     /// Reads a range. Retries on other replicas when one is unreachable (reads are
     /// idempotent), up to one pass over the endpoints.
     pub async fn range(&self, request: RangeRequest, consistency: ReadConsistency) -> Result<RangeReply, ClientError> {
-        let call = RangeCall { request, consistency };
+        let call = StoreCall::Range(RangeCall { request, consistency });
         let mut last = None;
         for _ in 0..self.endpoints.len() {
-            match self.call(&call, async |ch, env| grpc(ch).range(env).await).await {
+            let reply = self.batched(call.clone()).await.and_then(|r| match r {
+                StoreCallReply::Range(r) => Ok(r?),
+                StoreCallReply::Txn(_) => Err(ClientError::Decode("a transaction reply to a range call".into())),
+            });
+            match reply {
                 Err(e) if e.is_retryable() => {
                     last = Some(e);
                     self.rotate();
@@ -172,7 +206,24 @@ impl StoreClient {
 
     /// Runs a transaction once (no retry: after a transport error the outcome is unknown).
     pub async fn txn(&self, request: TxnRequest) -> Result<TxnReply, ClientError> {
-        self.call(&request, async |ch, env| grpc(ch).txn(env).await).await
+        let to_leader = self.leader.get().map(|i| &self.endpoints[i]);
+        let reply = match to_leader {
+            Some(ep) => ep.calls.call(StoreCall::Txn(request)).await.map_err(|status| {
+                self.leader.clear();
+                ClientError::Transport { endpoint: ep.addr.clone(), status }
+            }),
+            None => self.batched(StoreCall::Txn(request)).await,
+        };
+        match reply? {
+            StoreCallReply::Txn(r) => Ok(r?),
+            StoreCallReply::Range(_) => Err(ClientError::Decode("a range reply to a transaction".into())),
+        }
+    }
+
+    /// One call on the current endpoint's batch stream.
+    async fn batched(&self, call: StoreCall) -> Result<StoreCallReply, ClientError> {
+        let ep = self.pick();
+        ep.calls.call(call).await.map_err(|status| ClientError::Transport { endpoint: ep.addr.clone(), status })
     }
 
     pub async fn compact(&self, revision: Revision) -> Result<ResponseHeader, ClientError> {
@@ -213,7 +264,8 @@ impl StoreClient {
         &self,
         create: WatchCreate,
     ) -> Result<(tokio::sync::mpsc::Sender<WatchRequest>, impl Stream<Item = Result<WatchResponse, ClientError>>), ClientError> {
-        let (endpoint, ch) = self.pick();
+        let ep = self.pick();
+        let (endpoint, ch) = (ep.addr.clone(), ep.channel.clone());
         let (tx, rx) = tokio::sync::mpsc::channel::<WatchRequest>(16);
         tx.send(WatchRequest::Create(create)).await.map_err(|_| ClientError::Decode("watch closed".into()))?;
         let outbound = tokio_stream::wrappers::ReceiverStream::new(rx)

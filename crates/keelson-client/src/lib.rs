@@ -8,9 +8,11 @@
 //! exchange; the server side (`keelson-replica`) uses the same types.
 
 pub mod api;
+mod call_mux;
 mod client;
 pub mod tls;
 
+pub use call_mux::NOT_SENT;
 pub use client::{never_sent, ClientError, StoreClient};
 pub use tls::{PeerIdentity, PeerTls, TlsError};
 

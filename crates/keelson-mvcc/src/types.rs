@@ -122,6 +122,26 @@ pub struct TxnRequest {
     pub failure: Vec<Op>,
 }
 
+impl TxnRequest {
+    /// Roughly how many bytes the request takes encoded (its keys and values), for
+    /// callers that bound the size of what they send at once.
+    pub fn wire_size(&self) -> usize {
+        let range = |r: &KeyRange| r.key.len() + r.range_end.len();
+        let op = |o: &Op| {
+            16 + match o {
+                Op::Range(r) => range(&r.range),
+                Op::Put(p) => p.key.len() + p.value.len(),
+                Op::DeleteRange(d) => range(&d.range),
+            }
+        };
+        let compare = |c: &Compare| {
+            24 + c.key.len() + if let CompareTarget::Value(v) = &c.target { v.len() } else { 0 }
+        };
+        16 + self.compare.iter().map(compare).sum::<usize>()
+            + self.success.iter().chain(&self.failure).map(op).sum::<usize>()
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TxnResponse {
     pub succeeded: bool,

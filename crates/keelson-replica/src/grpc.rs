@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::replica::{validate_range, wire_encode, Replica, FORWARDED_HEADER};
-use crate::watch;
+use crate::{batch_stream, watch};
 
 fn decode<T: serde::de::DeserializeOwned>(req: &Request<Envelope>) -> Result<T, Status> {
     postcard::from_bytes(&req.get_ref().payload).map_err(|e| Status::invalid_argument(format!("malformed request: {e}")))
@@ -66,6 +66,14 @@ impl Store for StoreService {
         let forwarded = is_forwarded(&req);
         let call: CompactCall = decode(&req)?;
         reply(self.replica.compact(call.revision, forwarded).await)
+    }
+
+    type BatchStream = Pin<Box<dyn Stream<Item = Result<Envelope, Status>> + Send + 'static>>;
+
+    async fn batch(&self, req: Request<Streaming<Envelope>>) -> Result<Response<Self::BatchStream>, Status> {
+        let (tx, rx) = tokio::sync::mpsc::channel(batch_stream::REPLY_QUEUE);
+        tokio::spawn(batch_stream::serve_stream(self.replica.clone(), req.into_inner(), tx, self.shutdown.clone()));
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 
     type WatchStream = Pin<Box<dyn Stream<Item = Result<Envelope, Status>> + Send + 'static>>;

@@ -9,6 +9,7 @@
 //!
 //! Architecture invariant: every long-running task takes the replica's shutdown token.
 
+mod batch_stream;
 pub mod config;
 mod compactor;
 mod forward;
