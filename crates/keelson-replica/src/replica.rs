@@ -163,6 +163,16 @@ impl Replica {
         }
     }
 
+    /// Answers a follower's ReadIndex request: on the leader, through this replica's own
+    /// batcher (so the requests of all followers and local readers that wait together
+    /// share one leadership confirmation); elsewhere [`StoreError::NotLeader`].
+    pub async fn serve_read_index(&self) -> Result<u64, StoreError> {
+        if !self.is_leader() {
+            return Err(StoreError::NotLeader { leader: self.leader().map(|l| l.0) });
+        }
+        self.inner.read_index.read_index().await
+    }
+
     /// Fetches a read index from wherever the leader is (used by the batcher).
     pub(crate) async fn fetch_read_index(&self) -> Result<u64, StoreError> {
         let deadline = Instant::now() + LEADER_WAIT;
