@@ -91,7 +91,7 @@ impl Store for StoreService {
     }
 
     async fn read_index(&self, _req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
-        let res = self.replica.serve_read_index().await.map(|index| ReadIndexReply { index, leader_id: self.replica.id() });
+        let res = self.replica.leader_read_index().await.map(|index| ReadIndexReply { index, leader_id: self.replica.id() });
         reply(res)
     }
 }

@@ -163,16 +163,6 @@ impl Replica {
         }
     }
 
-    /// Answers a follower's ReadIndex request: on the leader, through this replica's own
-    /// batcher (so the requests of all followers and local readers that wait together
-    /// share one leadership confirmation); elsewhere [`StoreError::NotLeader`].
-    pub async fn serve_read_index(&self) -> Result<u64, StoreError> {
-        if !self.is_leader() {
-            return Err(StoreError::NotLeader { leader: self.leader().map(|l| l.0) });
-        }
-        self.inner.read_index.read_index().await
-    }
-
     /// Fetches a read index from wherever the leader is (used by the batcher).
     pub(crate) async fn fetch_read_index(&self) -> Result<u64, StoreError> {
         let deadline = Instant::now() + LEADER_WAIT;
@@ -182,9 +172,12 @@ impl Replica {
                 Some((_, addr)) => {
                     let ch = self.inner.peers.get(&addr)?;
                     let env = wire_encode(&())?;
-                    match GrpcStore::new(ch).read_index(env).await {
-                        Ok(resp) => wire_decode::<Result<ReadIndexReply, StoreError>>(resp.get_ref())?.map(|r| r.index),
-                        Err(s) => Err(StoreError::Unavailable(format!("leader {addr}: {}", s.message()))),
+                    // Bounded, so that a leader that stopped answering cannot hold one of
+                    // the batcher's rounds for ever.
+                    match tokio::time::timeout_at(deadline.into(), GrpcStore::new(ch).read_index(env)).await {
+                        Ok(Ok(resp)) => wire_decode::<Result<ReadIndexReply, StoreError>>(resp.get_ref())?.map(|r| r.index),
+                        Ok(Err(s)) => Err(StoreError::Unavailable(format!("leader {addr}: {}", s.message()))),
+                        Err(_) => Err(StoreError::Unavailable(format!("leader {addr} did not answer a read index request in time"))),
                     }
                 }
             };
