@@ -17,6 +17,13 @@ use keelson_pki::ClusterCa;
 use keelson_replica::{Bootstrap, CompactionPolicy, LogRetention, ReplicaConfig, RunningReplica};
 use tempfile::TempDir;
 
+/// The value of `key` read linearizably through `client` (`None`: absent). Panics if the
+/// read fails.
+pub async fn read_value(client: &StoreClient, key: &str) -> Option<Vec<u8>> {
+    let reply = client.get(key.as_bytes()).await.expect("linearizable read");
+    reply.response.kvs.first().map(|kv| kv.value.clone())
+}
+
 /// Installs a test tracing subscriber once (RUST_LOG controls it).
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()

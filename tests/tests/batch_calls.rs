@@ -13,18 +13,10 @@ use keelson_client::{never_sent, ClientError, StoreClient};
 use keelson_mvcc::{KeyRange, RangeRequest};
 use keelson_proto::v1::store_client::StoreClient as GrpcStore;
 use keelson_proto::v1::Envelope;
-use keelson_tests::{ClusterOptions, TestCluster};
+use keelson_tests::{read_value, ClusterOptions, TestCluster};
 
 fn forwarded(cluster: &TestCluster) -> u64 {
     (0..cluster.len()).filter_map(|i| cluster.running(i)).map(|r| r.replica.stats().forwarded.get()).sum()
-}
-
-async fn value_of(c: &StoreClient, key: &str) -> Option<Vec<u8>> {
-    let r = c
-        .range(RangeRequest { range: KeyRange::single(key), ..Default::default() }, ReadConsistency::Linearizable)
-        .await
-        .expect("read");
-    r.response.kvs.first().map(|kv| kv.value.clone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -142,10 +134,10 @@ async fn a_replica_restart_breaks_the_stream_and_a_call_reported_unsent_was_neve
 
     let reader = cluster.client(leader);
     for key in &unsent {
-        assert_eq!(value_of(&reader, key).await, None, "{key} was reported as never sent but was applied");
+        assert_eq!(read_value(&reader, key).await, None, "{key} was reported as never sent but was applied");
     }
     for key in acked.lock().unwrap().iter() {
-        assert_eq!(value_of(&reader, key).await.as_deref(), Some(&b"v"[..]), "acknowledged {key} is missing");
+        assert_eq!(read_value(&reader, key).await.as_deref(), Some(&b"v"[..]), "acknowledged {key} is missing");
     }
     eprintln!(
         "acked {}, never sent {}, outcome unknown {}",

@@ -7,10 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use keelson_client::api::ReadConsistency;
 use keelson_client::PeerTls;
-use keelson_mvcc::{KeyRange, RangeRequest};
-use keelson_tests::{ClusterOptions, PeerRotation, TestCluster};
+use keelson_tests::{read_value, ClusterOptions, PeerRotation, TestCluster};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio_util::sync::CancellationToken;
@@ -61,16 +59,6 @@ async fn handshake(addr: &str, me: &PeerTls) -> Result<Seen, std::io::Error> {
     tls.read_exact(&mut frame).await?;
     let der = tls.get_ref().1.peer_certificates().expect("server certificate")[0].to_vec();
     Ok(seen(&der))
-}
-
-/// The value of `key` read linearizably through replica `i`.
-async fn read(cluster: &TestCluster, i: usize, key: &str) -> Option<Vec<u8>> {
-    let r = cluster
-        .client(i)
-        .range(RangeRequest { range: KeyRange::single(key), ..Default::default() }, ReadConsistency::Linearizable)
-        .await
-        .expect("linearizable read");
-    r.response.kvs.first().map(|kv| kv.value.clone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -150,7 +138,7 @@ async fn peer_certificates_rotate_without_a_failed_write() {
     cluster.restart(restarted).await.expect("restart");
     let marker = "/rot/after-expiry";
     cluster.client(writer).put(marker.as_bytes(), b"yes").await.expect("write after the old certificates expired");
-    assert_eq!(read(&cluster, restarted, marker).await.as_deref(), Some(&b"yes"[..]), "the restarted replica caught up");
+    assert_eq!(read_value(&cluster.client(restarted), marker).await.as_deref(), Some(&b"yes"[..]), "the restarted replica caught up");
     let committed = cluster.status(leader).await.expect("status").committed_index;
     cluster.wait_applied(restarted, committed).await.expect("catch up");
 
@@ -163,7 +151,7 @@ async fn peer_certificates_rotate_without_a_failed_write() {
     assert!(ok > 100, "the load kept running: {ok} writes");
     let last = format!("/rot/{}", attempted - 1);
     for i in 0..3 {
-        assert_eq!(read(&cluster, i, &last).await, Some((attempted - 1).to_string().into_bytes()), "replica {i}");
+        assert_eq!(read_value(&cluster.client(i), &last).await, Some((attempted - 1).to_string().into_bytes()), "replica {i}");
     }
     cluster.shutdown().await;
 }

@@ -173,10 +173,10 @@ async fn run(endpoint: String, channel: Channel, leader: Arc<LeaderHint>, mut qu
         let Ok(frame) = inflight.frame(first, &mut queue) else { continue };
         // Cannot fail: `outbound` is alive.
         let _ = frames.send(frame);
-        let grpc = GrpcStoreClient::new(channel.clone())
+        let mut grpc = GrpcStoreClient::new(channel.clone())
             .max_decoding_message_size(256 << 20)
             .max_encoding_message_size(256 << 20);
-        let mut replies = match grpc.clone().batch(tokio_stream::wrappers::UnboundedReceiverStream::new(outbound)).await {
+        let mut replies = match grpc.batch(tokio_stream::wrappers::UnboundedReceiverStream::new(outbound)).await {
             Ok(r) => r.into_inner(),
             Err(status) => {
                 // The replica never ran the stream's handler: nothing on it was processed.

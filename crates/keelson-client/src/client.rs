@@ -119,16 +119,16 @@ impl StoreClient {
         if endpoints.is_empty() {
             return Err(ClientError::BadEndpoint("(none given)".into()));
         }
-        let mut names = Vec::new();
-        for e in endpoints {
-            let e = e.as_ref();
-            names.push(e.strip_prefix("https://").or_else(|| e.strip_prefix("http://")).unwrap_or(e).to_string());
-        }
-        let leader = Arc::new(LeaderHint::new(names));
+        let names: Vec<String> = endpoints
+            .iter()
+            .map(|e| {
+                let e = e.as_ref();
+                e.strip_prefix("https://").or_else(|| e.strip_prefix("http://")).unwrap_or(e).to_string()
+            })
+            .collect();
+        let leader = Arc::new(LeaderHint::new(names.clone()));
         let mut chans = Vec::new();
-        for e in endpoints {
-            let e = e.as_ref();
-            let e = e.strip_prefix("https://").or_else(|| e.strip_prefix("http://")).unwrap_or(e).to_string();
+        for e in names {
             // TLS, when wanted, is done by the identity's connector, under an http:// URI.
             let ep = Endpoint::from_shared(format!("http://{e}"))
                 .map_err(|_| ClientError::BadEndpoint(e.clone()))?

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Status, Streaming};
 use tracing::Instrument;
 
-use crate::replica::{validate_range, Replica};
+use crate::replica::Replica;
 
 /// Most calls of one stream running at once.
 pub const MAX_IN_FLIGHT: usize = 4096;
@@ -30,12 +30,9 @@ const MAX_FRAME_BYTES: usize = 4 << 20;
 type Outbound = mpsc::Sender<Result<Envelope, Status>>;
 
 /// Runs one call against the replica.
-pub(crate) async fn run_call(replica: &Replica, call: StoreCall) -> StoreCallReply {
+async fn run_call(replica: &Replica, call: StoreCall) -> StoreCallReply {
     match call {
-        StoreCall::Range(r) => StoreCallReply::Range(match validate_range(&r.request) {
-            Ok(()) => replica.range(r).await,
-            Err(e) => Err(e),
-        }),
+        StoreCall::Range(r) => StoreCallReply::Range(replica.range(r).await),
         StoreCall::Txn(t) => StoreCallReply::Txn(replica.txn(t, false).await),
     }
 }

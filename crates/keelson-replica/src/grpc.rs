@@ -12,7 +12,7 @@ use keelson_proto::v1::Envelope;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::replica::{validate_range, wire_encode, Replica, FORWARDED_HEADER};
+use crate::replica::{wire_encode, Replica, FORWARDED_HEADER};
 use crate::{batch_stream, watch};
 
 fn decode<T: serde::de::DeserializeOwned>(req: &Request<Envelope>) -> Result<T, Status> {
@@ -39,11 +39,7 @@ impl Store for StoreService {
     #[tracing::instrument(name = "range", level = "debug", skip_all)]
     async fn range(&self, req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
         let call: RangeCall = decode(&req)?;
-        let res = match validate_range(&call.request) {
-            Ok(()) => self.replica.range(call).await,
-            Err(e) => Err(e),
-        };
-        reply(res)
+        reply(self.replica.range(call).await)
     }
 
     #[tracing::instrument(name = "txn", level = "debug", skip_all)]

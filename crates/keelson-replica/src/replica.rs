@@ -192,8 +192,10 @@ impl Replica {
         }
     }
 
-    /// Reads a range with the requested consistency.
+    /// Reads a range with the requested consistency. An invalid request (negative
+    /// revision, `range_end` not after `key`) is refused before anything waits.
     pub async fn range(&self, call: RangeCall) -> Result<RangeReply, StoreError> {
+        validate_range(&call.request)?;
         if call.consistency == ReadConsistency::Linearizable {
             self.linearize().await?;
         }
@@ -475,7 +477,7 @@ fn reject_error(r: RejectReason) -> StoreError {
 }
 
 /// Keeps only what a `RangeRequest` needs to be valid.
-pub(crate) fn validate_range(req: &RangeRequest) -> Result<(), StoreError> {
+fn validate_range(req: &RangeRequest) -> Result<(), StoreError> {
     if req.revision < 0 {
         return Err(StoreError::InvalidRequest("negative revision".into()));
     }
