@@ -97,6 +97,7 @@ impl ApiCluster {
             join: None,
             initial_join_token: None,
             cert_rotation,
+            identity: Some(keelson_apiserver::identity_lease::ServerIdentity { name: format!("server-{i}"), address: self.api_addrs[i] }),
         };
         let mut last = None;
         for _ in 0..50 {
@@ -155,6 +156,12 @@ impl ApiCluster {
         let yaml = keelson_pki::kubeconfig(&[KubeconfigContext { name: "c".into(), server: format!("https://{}", self.api_addrs[i]) }], self.ca.cert_pem(), "u", &cert);
         let cfg = kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::from_yaml(&yaml)?, &kube::config::KubeConfigOptions::default()).await?;
         Ok(kube::Client::try_from(cfg)?)
+    }
+
+    /// A kube-rs client and its configuration for `https://ADDR` as `user` in `groups`.
+    pub async fn kube_config_as(&self, addr: SocketAddr, user: &str, groups: &[&str]) -> anyhow::Result<(kube::Client, kube::Config)> {
+        let cert = self.ca.issue_client(user, groups)?;
+        Ok(keelson_component::client::config_for(&format!("https://{addr}"), self.ca.cert_pem(), user, &cert).await?)
     }
 
     /// The cluster CA certificate (PEM).

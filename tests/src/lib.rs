@@ -343,3 +343,4 @@ impl TestCluster {
 }
 
 pub mod api;
+pub mod pause_proxy;

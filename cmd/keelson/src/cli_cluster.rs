@@ -163,7 +163,10 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
                 Err(e) => serde_json::json!({"id": format!("{id:x}"), "name": name, "addr": addr, "reachable": false, "error": e}),
             })
             .collect();
-        let out = serde_json::json!({"leader": list.leader.map(|l| format!("{l:x}")), "members": members});
+        let leases: Vec<serde_json::Value> = component_leases(&client).await.into_iter().map(|l| serde_json::json!({
+            "name": l.name, "holder": l.holder, "transitions": l.transitions, "renewTime": l.renew_time,
+        })).collect();
+        let out = serde_json::json!({"leader": list.leader.map(|l| format!("{l:x}")), "members": members, "leases": leases});
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
@@ -190,7 +193,41 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
             Err(e) => println!("{id:<16x} {name:<10} {addr:<21} unreachable: {e}"),
         }
     }
+    let leases = component_leases(&client).await;
+    if !leases.is_empty() {
+        println!();
+        println!("{:<24} {:<48} {:>11} RENEWED", "LEASE", "HOLDER", "TRANSITIONS");
+        for l in leases {
+            println!("{:<24} {:<48} {:>11} {}", l.name, if l.holder.is_empty() { "<none>" } else { &l.holder }, l.transitions, l.renew_time);
+        }
+    }
     Ok(())
+}
+
+/// A control-plane component's Lease as stored.
+struct ComponentLease {
+    name: String,
+    holder: String,
+    transitions: i64,
+    renew_time: String,
+}
+
+/// The scheduler's and controller manager's Leases (`kube-system`), read from the store.
+async fn component_leases(client: &StoreClient) -> Vec<ComponentLease> {
+    let mut out = Vec::new();
+    for name in ["kube-scheduler", "kube-controller-manager"] {
+        let key = format!("/registry/coordination.k8s.io/leases/kube-system/{name}");
+        let Ok(reply) = client.get(key.as_bytes()).await else { continue };
+        let Some(kv) = reply.response.kvs.first() else { continue };
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&kv.value) else { continue };
+        out.push(ComponentLease {
+            name: name.into(),
+            holder: v.pointer("/spec/holderIdentity").and_then(|h| h.as_str()).unwrap_or("").into(),
+            transitions: v.pointer("/spec/leaseTransitions").and_then(|t| t.as_i64()).unwrap_or(0),
+            renew_time: v.pointer("/spec/renewTime").and_then(|t| t.as_str()).unwrap_or("").into(),
+        });
+    }
+    out
 }
 
 #[derive(Subcommand)]

@@ -75,6 +75,20 @@ pub struct ServerArgs {
     /// Extra names (DNS or IP) for the API serving certificate.
     #[arg(long = "tls-san")]
     tls_sans: Vec<String>,
+    #[command(flatten)]
+    components: crate::components::ComponentArgs,
+}
+
+/// Where clients reach this server's API: the API listen address, or (when it is a
+/// wildcard) the host this server advertises to its peers, else loopback.
+fn api_address(args: &ServerArgs) -> SocketAddr {
+    let port = args.api_listen.port();
+    if !args.api_listen.ip().is_unspecified() {
+        return args.api_listen;
+    }
+    let advertised = args.advertise.as_deref().and_then(|a| a.rsplit_once(':')).and_then(|(h, _)| h.parse::<std::net::IpAddr>().ok());
+    let listen = Some(args.listen.ip()).filter(|ip| !ip.is_unspecified());
+    SocketAddr::new(advertised.or(listen).unwrap_or(std::net::Ipv4Addr::LOCALHOST.into()), port)
 }
 
 /// Validity of the certificates a server issues itself (API serving, peer).
@@ -198,6 +212,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         save_as: None,
         ..rotation.clone()
     };
+    let api_address = api_address(&args);
     let mut cfg = ReplicaConfig::new(args.name, args.data_dir, args.listen, bootstrap).with_tls(peer_identity.clone());
     cfg.advertise_addr = args.advertise;
     cfg.metrics_addr = args.metrics_addr;
@@ -207,6 +222,13 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         keep_revisions: args.compaction_keep_revisions,
         interval: Duration::from_secs(args.compaction_interval_secs.max(1)),
     };
+    let election_metrics = keelson_component::ElectionMetrics::default();
+    let rendered = election_metrics.clone();
+    cfg.extra_metrics = Some(keelson_replica::ExtraMetrics(std::sync::Arc::new(move || rendered.render())));
+    let components = args.components.clone();
+    components.timings().context("leader election flags")?;
+    let component_ca = keelson_pki::ClusterCa::from_pem(material.ca.cert_pem(), &material.ca.key_pem()).context("the cluster CA")?;
+    let server_name = cfg.name.clone();
     let running = keelson_replica::start(cfg).await.context("starting the replica")?;
     tracing::info!(id = format!("{:x}", running.replica.id()), addr = running.replica.addr(), "serving");
     tokio::spawn(keelson_pki::rotation::run(peer_identity.clone(), peer_rotation, running.shutdown_token()));
@@ -230,18 +252,26 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             }),
             initial_join_token: initial_token.map(|t| (t.id, t.secret)),
             cert_rotation: Some(rotation),
+            identity: Some(keelson_apiserver::identity_lease::ServerIdentity { name: server_name.clone(), address: api_address }),
         },
         running.shutdown_token(),
     )
     .await
     .context("starting the API server")?;
     tracing::info!(addr = %api.addr, "serving the Kubernetes API");
+    // The components reach this server's API over loopback when it listens on a wildcard.
+    let own_api = if api.addr.ip().is_unspecified() { SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), api.addr.port()) } else { api.addr };
+    let components = crate::components::start(&components, &server_name, own_api, component_ca, election_metrics, running.shutdown_token())
+        .await
+        .context("starting the scheduler and controller manager")?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
     tracing::info!("shutting down");
+    // Components first: they release their Leases through the API, which must still serve.
+    components.stop().await;
     running.shutdown().await;
     Ok(())
 }

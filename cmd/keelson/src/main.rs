@@ -3,6 +3,7 @@
 mod cli_admin;
 mod cli_cluster;
 mod cli_server;
+mod components;
 
 use clap::{Parser, Subcommand};
 

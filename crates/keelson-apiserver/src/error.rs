@@ -50,6 +50,10 @@ pub enum ApiError {
     /// 409: optimistic concurrency failure or other conflicting state.
     #[error("{message}")]
     Conflict { resource: String, name: String, message: String },
+    /// 409: the request claimed a lease fence that no longer holds (see
+    /// [`crate::lease_fence`]); nothing was written.
+    #[error("{message}")]
+    Fenced { lease: String, message: String },
     /// 410: the requested resourceVersion was compacted.
     #[error("{0}")]
     Gone(String),
@@ -112,7 +116,7 @@ impl ApiError {
             ApiError::NotFound { .. } | ApiError::NoRoute => 404,
             ApiError::MethodNotAllowed => 405,
             ApiError::NotAcceptable(_) => 406,
-            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
+            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } | ApiError::Fenced { .. } => 409,
             ApiError::Gone(_) => 410,
             ApiError::TooLarge(_) => 413,
             ApiError::UnsupportedMediaType(_) => 415,
@@ -134,6 +138,7 @@ impl ApiError {
             ApiError::NotAcceptable(_) => "NotAcceptable",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
             ApiError::Conflict { .. } => "Conflict",
+            ApiError::Fenced { .. } => "Fenced",
             ApiError::Gone(_) => "Expired",
             ApiError::TooLarge(_) => "RequestEntityTooLarge",
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
@@ -161,6 +166,7 @@ impl ApiError {
                 let (kind, group) = split_qualified(resource);
                 Some(json!({"name": name, "group": group, "kind": kind}))
             }
+            ApiError::Fenced { lease, .. } => Some(json!({"name": lease, "group": "coordination.k8s.io", "kind": "leases"})),
             ApiError::Invalid { kind, group, name, causes } => Some(json!({
                 "name": name, "group": group, "kind": kind,
                 "causes": causes.iter().map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field})).collect::<Vec<_>>(),

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use crate::allocator;
 use crate::catalog::{self, ResourceDef};
 use crate::error::ApiError;
+use crate::lease_fence::{self, LeaseFence};
 use crate::meta::{self, Minted, UpdateScope};
 use crate::storage::{object_key, Fence, ObjectStore, SideWrite, Stored, WriteOutcome};
 use crate::strategy;
@@ -18,6 +19,9 @@ const UPDATE_ATTEMPTS: usize = 8;
 #[derive(Clone)]
 pub struct Registry {
     pub store: ObjectStore,
+    /// The lease fence every write through this registry is conditional on (a request's
+    /// `Keelson-Fence` claim), see [`crate::lease_fence`].
+    fence: Option<LeaseFence>,
 }
 
 /// Options of a DELETE.
@@ -43,6 +47,11 @@ pub fn now_rfc3339() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
+/// Now as a `MicroTime` (Lease times, Events).
+pub fn now_micro_rfc3339() -> String {
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
 fn mint() -> Minted {
     let mut rng = rand::thread_rng();
     let b: [u8; 16] = rng.gen();
@@ -65,7 +74,30 @@ fn namespaces() -> &'static ResourceDef {
 
 impl Registry {
     pub fn new(store: ObjectStore) -> Self {
-        Self { store }
+        Self { store, fence: None }
+    }
+
+    /// This registry with every write made conditional on `fence` (`None`: unfenced).
+    pub fn fenced(&self, fence: Option<LeaseFence>) -> Self {
+        Self { store: self.store.clone(), fence }
+    }
+
+    /// The store condition of the lease fence, if writes are fenced.
+    fn lease_fence(&self) -> Option<Fence> {
+        self.fence.as_ref().map(|f| Fence { key: f.key(), mod_revision: f.token })
+    }
+
+    /// A refusal if the lease fence no longer holds (linearizable read of its record).
+    /// Called after a write failed on one of its conditions, and before answering a
+    /// write that needed no store write at all.
+    async fn check_lease_fence(&self) -> Result<(), ApiError> {
+        let Some(f) = &self.fence else { return Ok(()) };
+        let current = self.store.mod_revision(&f.key()).await?;
+        if current == f.token {
+            Ok(())
+        } else {
+            Err(f.refused(current))
+        }
     }
 
     pub async fn get(&self, def: &ResourceDef, ns: Option<&str>, name: &str) -> Result<Stored, ApiError> {
@@ -101,20 +133,22 @@ impl Registry {
         strategy::validate(def, &obj)?;
         let name = meta::name_of(&obj).to_string();
         let ns = meta::namespace_of(&obj).map(str::to_string);
-        let mut fences = Vec::new();
+        let mut namespace_fence = None;
         if def.namespaced {
-            fences.push(self.namespace_fence(ns.as_deref().unwrap_or("default"), def, &name).await?);
+            namespace_fence = Some(self.namespace_fence(ns.as_deref().unwrap_or("default"), def, &name).await?);
         }
         let key = object_key(def, ns.as_deref(), &name);
         for _ in 0..UPDATE_ATTEMPTS {
             let mut candidate = obj.clone();
-            let side = allocator::allocate(def, &key, &mut candidate)?;
+            let mut side = allocator::allocate(def, &key, &mut candidate)?;
             if dry_run {
                 return Ok(candidate);
             }
-            for (k, _) in &side {
-                fences.push(Fence { key: k.clone(), mod_revision: 0 });
-            }
+            // Allocated keys must still be free; the namespace and the lease fence unmoved.
+            let mut fences: Vec<Fence> = side.iter().map(|(k, _)| Fence { key: k.clone(), mod_revision: 0 }).collect();
+            fences.extend(namespace_fence.clone());
+            fences.extend(self.lease_fence());
+            side.extend(lease_fence::side_writes(def, None, Some(&candidate)));
             match self.store.write(&key, Some(&candidate), 0, &fences, &side).await? {
                 WriteOutcome::Written(rv) => {
                     crate::storage::set_resource_version(&mut candidate, rv);
@@ -122,10 +156,11 @@ impl Registry {
                 }
                 WriteOutcome::KeyMoved(_) => return Err(ApiError::AlreadyExists { resource: def.qualified(), name }),
                 WriteOutcome::Fenced => {
-                    // The namespace changed or an allocated address was taken: re-check.
-                    fences.retain(|f| !side.iter().any(|(k, _)| k == &f.key));
+                    // The lease fence moved (final), or the namespace changed or an
+                    // allocated address was taken (re-check and try again).
+                    self.check_lease_fence().await?;
                     if def.namespaced {
-                        fences[0] = self.namespace_fence(ns.as_deref().unwrap_or("default"), def, &name).await?;
+                        namespace_fence = Some(self.namespace_fence(ns.as_deref().unwrap_or("default"), def, &name).await?);
                     }
                 }
             }
@@ -173,15 +208,23 @@ impl Registry {
                 return Ok((desired, false));
             }
             if !gone && unchanged(&current.obj, &desired) {
-                // Nothing to write: the object and its resourceVersion stay as they are.
+                // Nothing to write: the object and its resourceVersion stay as they are
+                // (a fenced caller still learns that its fence is gone).
+                self.check_lease_fence().await?;
                 return Ok((current.obj, false));
             }
-            let side: Vec<SideWrite> = if gone { allocator::release(def, &current.obj) } else { Vec::new() };
-            let outcome = self.store.write(&key, (!gone).then_some(&desired), current.rv, &[], &side).await?;
+            let mut side: Vec<SideWrite> = if gone { allocator::release(def, &current.obj) } else { Vec::new() };
+            side.extend(lease_fence::side_writes(def, Some(&current.obj), (!gone).then_some(&desired)));
+            let fences: Vec<Fence> = self.lease_fence().into_iter().collect();
+            let outcome = self.store.write(&key, (!gone).then_some(&desired), current.rv, &fences, &side).await?;
             match outcome {
                 WriteOutcome::Written(rv) => {
                     crate::storage::set_resource_version(&mut desired, rv);
                     return Ok((desired, false));
+                }
+                WriteOutcome::Fenced => {
+                    self.check_lease_fence().await?;
+                    continue;
                 }
                 _ if pinned.is_some() => return Err(ApiError::conflict(&def.qualified(), name)),
                 _ => continue,
@@ -228,6 +271,7 @@ impl Registry {
             let pending = !finalizers.is_empty() || grace > 0 || namespace_cleanup;
             if pending {
                 if meta::is_deleting(&obj) && meta::finalizers(&obj) == finalizers && grace_unchanged(&obj, grace) {
+                    self.check_lease_fence().await?;
                     return Ok(Deleted::Pending(obj)); // already marked
                 }
                 let m = obj["metadata"].as_object_mut().expect("stored objects have metadata");
@@ -246,21 +290,32 @@ impl Registry {
                 if opts.dry_run {
                     return Ok(Deleted::Pending(obj));
                 }
-                match self.store.put(&key, &obj, current.rv, &[]).await? {
+                let fences: Vec<Fence> = self.lease_fence().into_iter().collect();
+                match self.store.put(&key, &obj, current.rv, &fences).await? {
                     WriteOutcome::Written(rv) => {
                         crate::storage::set_resource_version(&mut obj, rv);
                         return Ok(Deleted::Pending(obj));
                     }
-                    _ => continue,
+                    WriteOutcome::Fenced => {
+                        self.check_lease_fence().await?;
+                        continue;
+                    }
+                    WriteOutcome::KeyMoved(_) => continue,
                 }
             }
             if opts.dry_run {
                 return Ok(Deleted::Gone(obj));
             }
-            let side = allocator::release(def, &obj);
-            match self.store.write(&key, None, current.rv, &[], &side).await? {
+            let mut side = allocator::release(def, &obj);
+            side.extend(lease_fence::side_writes(def, Some(&obj), None));
+            let fences: Vec<Fence> = self.lease_fence().into_iter().collect();
+            match self.store.write(&key, None, current.rv, &fences, &side).await? {
                 WriteOutcome::Written(_) => return Ok(Deleted::Gone(obj)),
-                _ => continue,
+                WriteOutcome::Fenced => {
+                    self.check_lease_fence().await?;
+                    continue;
+                }
+                WriteOutcome::KeyMoved(_) => continue,
             }
         }
         Err(ApiError::conflict(&def.qualified(), name))

@@ -140,6 +140,12 @@ impl ObjectStore {
         reply.response.kvs.first().map(|kv| self.decode(kv)).transpose()
     }
 
+    /// The mod_revision of `key` (0 = absent), linearizably.
+    pub async fn mod_revision(&self, key: &[u8]) -> Result<Revision, ApiError> {
+        let reply = self.client.get(key).await?;
+        Ok(reply.response.kvs.first().map_or(0, |kv| kv.mod_revision))
+    }
+
     /// The current store revision, linearizably.
     pub async fn current_revision(&self) -> Result<Revision, ApiError> {
         let reply = self

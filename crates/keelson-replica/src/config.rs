@@ -38,6 +38,16 @@ impl Default for CompactionPolicy {
     }
 }
 
+/// Renders more metrics (Prometheus text) for the replica's `/metrics` page.
+#[derive(Clone)]
+pub struct ExtraMetrics(pub std::sync::Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for ExtraMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExtraMetrics")
+    }
+}
+
 /// Everything a replica needs to start.
 #[derive(Clone, Debug)]
 pub struct ReplicaConfig {
@@ -52,6 +62,8 @@ pub struct ReplicaConfig {
     pub compaction: CompactionPolicy,
     /// Prometheus `/metrics` endpoint, if wanted.
     pub metrics_addr: Option<SocketAddr>,
+    /// More metrics served on the same page (the process's other components).
+    pub extra_metrics: Option<ExtraMetrics>,
     /// Raft cluster name (replicas of different clusters refuse each other's messages).
     pub cluster_name: String,
     /// When to snapshot and purge the Raft log.
@@ -83,6 +95,7 @@ impl ReplicaConfig {
             bootstrap,
             compaction: CompactionPolicy::default(),
             metrics_addr: None,
+            extra_metrics: None,
             cluster_name: "keelson".into(),
             log_retention: keelson_raft::LogRetention::default(),
             slow_watcher_timeout: crate::watch::SLOW_WATCHER_TIMEOUT,

@@ -23,7 +23,7 @@ pub mod server;
 pub mod stats;
 mod watch;
 
-pub use config::{Bootstrap, CompactionPolicy, ReplicaConfig};
+pub use config::{Bootstrap, CompactionPolicy, ExtraMetrics, ReplicaConfig};
 pub use keelson_client::tls::{PeerIdentity, PeerTls};
 pub use keelson_raft::LogRetention;
 pub use replica::Replica;

@@ -51,13 +51,20 @@ pub fn render(replica: &Replica) -> String {
 }
 
 /// Serves `GET /metrics` until shutdown.
-pub(crate) async fn serve(replica: Replica, listener: tokio::net::TcpListener, shutdown: CancellationToken) {
+pub(crate) async fn serve(replica: Replica, extra: Option<crate::config::ExtraMetrics>, listener: tokio::net::TcpListener, shutdown: CancellationToken) {
     use axum::{routing::get, Router};
     let app = Router::new().route(
         "/metrics",
         get(move || {
             let r = replica.clone();
-            async move { ([("content-type", "text/plain; version=0.0.4")], render(&r)) }
+            let extra = extra.clone();
+            async move {
+                let mut page = render(&r);
+                if let Some(e) = extra {
+                    page.push_str(&(e.0)());
+                }
+                ([("content-type", "text/plain; version=0.0.4")], page)
+            }
         }),
     );
     if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await {

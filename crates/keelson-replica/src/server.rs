@@ -190,7 +190,7 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
     if let Some(m) = cfg.metrics_addr {
         let l = tokio::net::TcpListener::bind(m).await.map_err(|source| StartError::Listen { addr: m.to_string(), source })?;
         metrics_addr = l.local_addr().ok();
-        tasks.push(tokio::spawn(crate::metrics::serve(replica.clone(), l, shutdown.clone())));
+        tasks.push(tokio::spawn(crate::metrics::serve(replica.clone(), cfg.extra_metrics.clone(), l, shutdown.clone())));
     }
 
     let initialized = raft.is_initialized().await.map_err(|e| StartError::Raft(e.to_string()))?;

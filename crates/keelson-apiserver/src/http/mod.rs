@@ -65,6 +65,8 @@ pub struct ApiServerConfig {
     /// A join token (id, secret) to register if absent (the first server's token; no
     /// expiry, usable by servers and nodes).
     pub initial_join_token: Option<(String, String)>,
+    /// Keep this server's identity Lease (how clients' balancers find every server).
+    pub identity: Option<crate::identity_lease::ServerIdentity>,
 }
 
 /// Where the audit log goes and how it rotates.
@@ -144,6 +146,9 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
         metrics: Default::default(),
         watch_cache: crate::watch_cache::WatchCache::new(store.clone(), shutdown.clone()),
     });
+    if let Some(id) = cfg.identity.clone() {
+        tokio::spawn(crate::identity_lease::keep(state.registry.clone(), id, shutdown.clone()));
+    }
     let bootstrap_state = state.clone();
     let initial_token = cfg.initial_join_token.clone();
     let bootstrap_token = shutdown.clone();
@@ -202,6 +207,24 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
         let _ = accept.await;
     });
     Ok(ServingApi { addr, task })
+}
+
+/// How long the readiness check's store read may take.
+const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(1500);
+
+/// `/livez` answers while the process serves; `/readyz` and `/healthz` also need a
+/// linearizable read of the store to succeed (as Kubernetes' etcd check), so a server cut
+/// off from the Raft quorum is not ready and balancers move away from it.
+async fn health(state: &ApiState, check: &str) -> Response {
+    let text = |code, body: String| (code, [(http::header::CONTENT_TYPE, "text/plain")], body).into_response();
+    if check == "livez" {
+        return text(StatusCode::OK, "ok".into());
+    }
+    match tokio::time::timeout(READY_TIMEOUT, state.registry.store.current_revision()).await {
+        Ok(Ok(_)) => text(StatusCode::OK, "ok".into()),
+        Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, format!("[-]etcd failed: {e}\n{check} check failed")),
+        Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, format!("[-]etcd failed: no linearizable read within {READY_TIMEOUT:?}\n{check} check failed")),
+    }
 }
 
 /// A JSON response.
@@ -336,7 +359,7 @@ async fn dispatch(state: &Arc<ApiState>, r: Route, caller: Option<&Caller>, req:
     let get_only = |resp: Result<Response, ApiError>| if method == Method::GET { resp } else { Err(ApiError::MethodNotAllowed) };
     match r {
         Route::Version => get_only(Ok(json_response(StatusCode::OK, &discovery::version()))),
-        Route::Health(_) => Ok((StatusCode::OK, [(http::header::CONTENT_TYPE, "text/plain")], "ok").into_response()),
+        Route::Health(check) => Ok(health(state, &check).await),
         Route::Metrics => get_only(Ok((StatusCode::OK, [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render()).into_response())),
         Route::KeelsonCaCerts => get_only(Ok((StatusCode::OK, [(http::header::CONTENT_TYPE, "text/plain")], state.ca_pem.clone()).into_response())),
         Route::KeelsonJoin => {
@@ -386,13 +409,16 @@ async fn dispatch(state: &Arc<ApiState>, r: Route, caller: Option<&Caller>, req:
         }
         Route::Resource(rr) => {
             let query = parse_query(req.uri().query());
+            let fence = crate::lease_fence::LeaseFence::from_request(req.headers(), &query)?;
             let req = match caller {
                 Some(c) => node_admission::check(state, &c.user, &rr, req).await?,
                 None => req,
             };
+            // Every write of a request that claims a lease fence is conditional on it.
+            let reg = state.registry.fenced(fence);
             match rr.subresource {
-                Some(sub) => subresource::handle(state, rr.clone(), sub, query, req).await,
-                None => resource::handle(state, rr, query, req).await,
+                Some(sub) => subresource::handle(state, &reg, rr.clone(), sub, query, req).await,
+                None => resource::handle(state, &reg, rr, query, req).await,
             }
         }
     }

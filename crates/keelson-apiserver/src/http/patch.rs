@@ -1,7 +1,6 @@
 //! PATCH: JSON patch, merge patch, strategic merge patch and server-side apply.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use http::HeaderMap;
 use keelson_apimachinery::patch::{json_patch, merge_patch, strategic};
@@ -10,11 +9,10 @@ use serde_json::Value;
 use super::negotiate::{self, PatchKind};
 use super::request::{query_bool, ResourceRequest};
 use super::resource::{check_schema, dry_run};
-use super::ApiState;
 use crate::error::ApiError;
 use crate::fieldset;
 use crate::meta::UpdateScope;
-use crate::registry::now_rfc3339;
+use crate::registry::{now_rfc3339, Registry};
 
 /// The field manager of a request: `fieldManager`, else the User-Agent's program name.
 pub(crate) fn manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
@@ -40,7 +38,7 @@ fn patch_sets_rv(kind: PatchKind, patch: &Value) -> bool {
 /// Applies a patch to the object at `name`; returns the result and whether it was created
 /// (server-side apply creates absent objects).
 pub(crate) async fn patch(
-    state: &Arc<ApiState>,
+    reg: &Registry,
     rr: &ResourceRequest,
     name: &str,
     scope: UpdateScope,
@@ -75,9 +73,7 @@ pub(crate) async fn patch(
     let schema = strategic::builtin_schema(&def.api_version(), def.kind);
     let api_version = def.api_version();
     let subresource = (scope == UpdateScope::Status).then_some("status");
-    state
-        .registry
-        .update_with(def, rr.namespace.as_deref(), name, scope, dry_run(q)?, |cur| {
+    reg.update_with(def, rr.namespace.as_deref(), name, scope, dry_run(q)?, |cur| {
             let now = now_rfc3339();
             let Some(cur) = cur else {
                 if kind != PatchKind::Apply {

@@ -16,7 +16,7 @@ use super::{json_response, patch, watch, ApiState};
 use crate::catalog::ResourceDef;
 use crate::error::ApiError;
 use crate::meta::UpdateScope;
-use crate::registry::{DeleteOptions, Deleted};
+use crate::registry::{DeleteOptions, Deleted, Registry};
 
 pub(crate) async fn read_body(req: Request) -> Result<(HeaderMap, Vec<u8>), ApiError> {
     let (parts, body) = req.into_parts();
@@ -77,7 +77,7 @@ pub(crate) fn object_response(code: StatusCode, def: &ResourceDef, obj: &Value, 
     })
 }
 
-pub(crate) async fn handle(state: &Arc<ApiState>, rr: ResourceRequest, q: HashMap<String, String>, req: Request) -> Result<Response, ApiError> {
+pub(crate) async fn handle(state: &Arc<ApiState>, reg: &Registry, rr: ResourceRequest, q: HashMap<String, String>, req: Request) -> Result<Response, ApiError> {
     let def = rr.def;
     let ns = rr.namespace.clone();
     if def.namespaced && rr.name.is_some() && ns.is_none() {
@@ -85,7 +85,6 @@ pub(crate) async fn handle(state: &Arc<ApiState>, rr: ResourceRequest, q: HashMa
     }
     let method = req.method().clone();
     let repr = negotiate::representation(req.headers())?;
-    let reg = &state.registry;
     match (method, rr.name.clone()) {
         (Method::GET, Some(name)) => {
             if query_bool(&q, "watch")? {
@@ -139,7 +138,7 @@ pub(crate) async fn handle(state: &Arc<ApiState>, rr: ResourceRequest, q: HashMa
         }
         (Method::PATCH, Some(name)) => {
             let (headers, body) = read_body(req).await?;
-            let (obj, created) = patch::patch(state, &rr, &name, UpdateScope::Main, &q, &headers, &body).await?;
+            let (obj, created) = patch::patch(reg, &rr, &name, UpdateScope::Main, &q, &headers, &body).await?;
             let code = if created { StatusCode::CREATED } else { StatusCode::OK };
             object_response(code, def, &obj, repr, &q)
         }

@@ -17,11 +17,12 @@ use super::{json_response, patch, ApiState};
 use crate::catalog::{self, ResourceDef, Subresource};
 use crate::error::ApiError;
 use crate::meta::UpdateScope;
-use crate::registry::{DeleteOptions, Deleted};
+use crate::registry::{DeleteOptions, Deleted, Registry};
 use crate::storage::list_prefix;
 
 pub(crate) async fn handle(
     state: &Arc<ApiState>,
+    reg: &Registry,
     rr: ResourceRequest,
     sub: Subresource,
     q: HashMap<String, String>,
@@ -30,7 +31,6 @@ pub(crate) async fn handle(
     let def = rr.def;
     let Some(name) = rr.name.clone() else { return Err(ApiError::NoRoute) };
     let ns = rr.namespace.clone();
-    let reg = &state.registry;
     let method = req.method().clone();
     let repr = negotiate::representation(req.headers()).unwrap_or(Representation::Object);
     match (sub, method) {
@@ -61,7 +61,7 @@ pub(crate) async fn handle(
         }
         (Subresource::Status, Method::PATCH) => {
             let (headers, body) = read_body(req).await?;
-            let (obj, _) = patch::patch(state, &rr, &name, UpdateScope::Status, &q, &headers, &body).await?;
+            let (obj, _) = patch::patch(reg, &rr, &name, UpdateScope::Status, &q, &headers, &body).await?;
             object_response(StatusCode::OK, def, &obj, Representation::Object, &q)
         }
         (Subresource::Scale, Method::GET) => {
