@@ -3,21 +3,16 @@
 //! (authenticated as their own identities), killing the holding server moves both to a
 //! survivor, and a server stopped with SIGTERM releases its Leases for a successor.
 
-use std::path::PathBuf;
+mod cluster_support;
+
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
-use keelson_localcluster::{LocalCluster, LocalClusterSpec};
+use cluster_support::{client, server_of, start_short_elections};
 use kube::api::{Api, ListParams};
 
 const LEASES: [&str; 2] = ["kube-scheduler", "kube-controller-manager"];
-
-async fn client(cluster: &LocalCluster, context: &str) -> kube::Client {
-    let kc = kube::config::Kubeconfig::read_from(cluster.kubeconfig_path()).unwrap();
-    let opts = kube::config::KubeConfigOptions { context: Some(context.into()), ..Default::default() };
-    kube::Client::try_from(kube::Config::from_custom_kubeconfig(kc, &opts).await.unwrap()).unwrap()
-}
 
 /// The holder of each component Lease, as server index (from the `<server>_<uuid>` identity).
 async fn holders(client: &kube::Client) -> Option<Vec<(String, i32)>> {
@@ -29,10 +24,6 @@ async fn holders(client: &kube::Client) -> Option<Vec<(String, i32)>> {
         out.push((spec.holder_identity.unwrap_or_default(), spec.lease_transitions.unwrap_or(0)));
     }
     Some(out)
-}
-
-fn server_of(holder: &str) -> Option<usize> {
-    holder.split_once('_')?.0.strip_prefix("keelson-")?.parse::<usize>().ok().map(|n| n - 1)
 }
 
 /// Waits until both Leases are held by servers for which `ok` holds.
@@ -52,18 +43,7 @@ async fn wait_holders(client: &kube::Client, what: &str, ok: impl Fn(usize) -> b
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn components_are_elected_and_move_when_their_server_dies_or_stops() {
     let tmp = tempfile::tempdir().unwrap();
-    let spec = LocalClusterSpec {
-        servers: 3,
-        dir: tmp.path().join("c"),
-        binary: PathBuf::from(env!("CARGO_BIN_EXE_keelson")),
-        base_port: 0,
-        extra_args: ["--leader-elect-lease-duration", "3s", "--leader-elect-renew-deadline", "2s", "--leader-elect-retry-period", "500ms"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-    };
-    let mut cluster = LocalCluster::start(spec, |m| eprintln!("cluster: {m}")).await.unwrap();
-    cluster.wait_api(Duration::from_secs(60)).await.unwrap();
+    let mut cluster = start_short_elections(&tmp.path().join("c")).await;
     let first = wait_holders(&client(&cluster, "keelson-1").await, "first election", |_| true).await;
     eprintln!("holders: {first:?}");
 

@@ -213,6 +213,9 @@ pub enum UpdateScope {
     Main,
     /// The status subresource: only `status`.
     Status,
+    /// A change the server makes to both (a pod's binding sets `spec.nodeName` and its
+    /// `PodScheduled` condition).
+    Whole,
 }
 
 /// Merges an update into the stored object: server-owned metadata is kept, the
@@ -253,7 +256,7 @@ pub fn prepare_update(def: &ResourceDef, old: &Value, new: &mut Value, scope: Up
                 }
             }
         }
-        UpdateScope::Main => {}
+        UpdateScope::Main | UpdateScope::Whole => {}
     }
     let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
     let spec_changed = def.has_spec && spec_of(old) != spec_of(new);

@@ -1,22 +1,28 @@
 //! The scheduler component. Every server runs one copy; the copy on the holder of
-//! `kube-system/kube-scheduler` is active, and every write it makes is fenced on that
+//! `kube-system/kube-scheduler` is active, and every binding it makes is fenced on that
 //! Lease, so a deposed copy can never bind a pod.
 //!
-//! What it does while leading is the scheduling framework (queue, plugins, binding),
-//! which is built on this frame; the frame itself — identity `system:kube-scheduler`,
-//! election, fenced client, shutdown — is what [`run`] sets up.
+//! - [`framework`]: the cycle for one pod, a pure function of (pod, [`snapshot::Snapshot`]);
+//! - [`plugins`]: Kubernetes' default profile (filters and weighted scores);
+//! - [`queue`]: active / backoff / unschedulable pods;
+//! - [`resources`], [`selectors`]: quantities, requests, label and node selectors;
+//! - `run`: reflectors of pods, nodes and namespaces, the loop, bindings and Events.
 
-use keelson_component::{ControlPlaneAccess, Leadership, KUBE_SCHEDULER};
+pub mod framework;
+pub mod plugins;
+pub mod queue;
+pub mod resources;
+mod run;
+pub mod selectors;
+pub mod snapshot;
+
+use keelson_component::{ControlPlaneAccess, KUBE_SCHEDULER};
 use tokio_util::sync::CancellationToken;
+
+/// The scheduler name this scheduler serves (`spec.schedulerName`).
+pub const SCHEDULER_NAME: &str = "default-scheduler";
 
 /// Runs the scheduler component until `shutdown`.
 pub async fn run(access: ControlPlaneAccess, shutdown: CancellationToken) {
-    keelson_component::run_elected(access, KUBE_SCHEDULER, shutdown, lead).await;
-}
-
-/// One term as the active scheduler: runs until the term ends.
-async fn lead(term: Leadership) {
-    tracing::info!(token = term.token, "scheduler active");
-    term.ended.cancelled().await;
-    tracing::info!(token = term.token, "scheduler inactive");
+    keelson_component::run_elected(access, KUBE_SCHEDULER, shutdown, run::lead).await;
 }

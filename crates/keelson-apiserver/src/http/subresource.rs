@@ -111,7 +111,7 @@ pub(crate) async fn handle(
             if node.is_empty() {
                 return Err(ApiError::invalid("Binding", "", &name, vec![crate::error::Cause::required("target.name")]));
             }
-            reg.update_with(def, ns.as_deref(), &name, UpdateScope::Main, dry_run(&q)?, |cur| {
+            reg.update_with(def, ns.as_deref(), &name, UpdateScope::Whole, dry_run(&q)?, |cur| {
                 let Some(cur) = cur else { return Ok(None) };
                 if let Some(existing) = cur.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
                     return Err(ApiError::Conflict { resource: "pods".into(), name: name.clone(), message: format!("Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{existing}\"") });
@@ -119,6 +119,7 @@ pub(crate) async fn handle(
                 let mut next = cur.clone();
                 next["spec"]["nodeName"] = json!(node);
                 next["metadata"].as_object_mut().map(|m| m.remove("resourceVersion"));
+                set_pod_scheduled(&mut next);
                 Ok(Some(next))
             })
             .await?;
@@ -158,6 +159,19 @@ pub(crate) async fn handle(
         }
         _ => Err(ApiError::MethodNotAllowed),
     }
+}
+
+/// A bound pod's `PodScheduled` condition becomes True, as Kubernetes' binding sets it.
+fn set_pod_scheduled(pod: &mut Value) {
+    let now = crate::registry::now_rfc3339();
+    let condition = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now});
+    if !pod["status"].is_object() {
+        pod["status"] = json!({});
+    }
+    let conditions = pod["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    let mut kept: Vec<Value> = conditions.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
+    kept.push(condition);
+    pod["status"]["conditions"] = Value::Array(kept);
 }
 
 /// The `autoscaling/v1 Scale` view of a workload.

@@ -1,0 +1,163 @@
+//! The scheduler on real `keelson server` processes, with hollow nodes (Node objects with
+//! capacity, no agent): pending pods are bound by the active scheduler with Kubernetes'
+//! conditions and Events; taints, node affinity, anti-affinity and spread constraints
+//! are honoured; a pod that fits nowhere gets `PodScheduled=False`/`Unschedulable` and a
+//! `FailedScheduling` Event worded as Kubernetes words it; killing the scheduler's server
+//! mid-burst leaves the rest to the next holder, and no pod is bound twice.
+
+mod cluster_support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use cluster_support::{client, server_of, start_short_elections};
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::{json, Value};
+
+fn hollow_node(name: &str, cpu: &str, labels: Value, taints: Value) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"taints": taints},
+        "status": {
+            "capacity": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+            "allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "hollow node"}],
+        },
+    }))
+    .unwrap()
+}
+
+fn pod(name: &str, extra: Value) -> Pod {
+    let mut p = json!({"metadata": {"name": name, "labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    if let (Some(o), Value::Object(e)) = (p.as_object_mut(), extra) {
+        for (k, v) in e {
+            match (o.get_mut(&k), v) {
+                (Some(Value::Object(base)), Value::Object(more)) => base.extend(more),
+                (_, v) => {
+                    o.insert(k, v);
+                }
+            }
+        }
+    }
+    serde_json::from_value(p).unwrap()
+}
+
+fn node_of(p: &Pod) -> Option<String> {
+    p.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty())
+}
+
+/// Waits until `done` holds for the pods, or fails with what they are.
+async fn wait_pods(api: &Api<Pod>, what: &str, done: impl Fn(&[Pod]) -> bool) -> Vec<Pod> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Ok(list) = api.list(&ListParams::default()).await {
+            if done(&list.items) {
+                return list.items;
+            }
+            if tokio::time::Instant::now() > deadline {
+                let states: Vec<(String, Option<String>)> = list.items.iter().map(|p| (p.metadata.name.clone().unwrap_or_default(), node_of(p))).collect();
+                panic!("{what}: pods are {states:?}");
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn bound(pods: &[Pod], name: &str) -> Option<String> {
+    pods.iter().find(|p| p.metadata.name.as_deref() == Some(name)).and_then(node_of)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduler_binds_pods_explains_failures_and_survives_its_server_dying() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cluster = start_short_elections(&tmp.path().join("c")).await;
+    let admin = client(&cluster, "keelson-1").await;
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let pp = PostParams::default();
+    let zone = |z: &str, name: &str| json!({"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": z});
+    let control_plane = json!([{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]);
+    nodes.create(&pp, &hollow_node("cp-1", "8", zone("z1", "cp-1"), control_plane)).await.unwrap();
+    nodes.create(&pp, &hollow_node("w-1", "2", zone("z1", "w-1"), json!([]))).await.unwrap();
+    nodes.create(&pp, &hollow_node("w-2", "2", zone("z2", "w-2"), json!([]))).await.unwrap();
+
+    // Taints and requests: a 1.5-cpu pod goes to a worker; one of 4 cpus fits nowhere.
+    pods.create(&pp, &pod("small", json!({"spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1500m"}}}]}}))).await.unwrap();
+    pods.create(&pp, &pod("huge", json!({"spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "4"}}}]}}))).await.unwrap();
+    // Node affinity, and a toleration that allows the control plane.
+    pods.create(&pp, &pod("on-cp", json!({"spec": {"nodeSelector": {"kubernetes.io/hostname": "cp-1"}, "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}]}}))).await.unwrap();
+    // Two replicas kept apart by zone anti-affinity.
+    let apart = |name: &str| pod(name, json!({"metadata": {"labels": {"app": "apart"}}, "spec": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"app": "apart"}}, "topologyKey": "topology.kubernetes.io/zone"}]}}}}));
+    pods.create(&pp, &apart("apart-1")).await.unwrap();
+    pods.create(&pp, &apart("apart-2")).await.unwrap();
+    // A pod for another scheduler is left alone.
+    pods.create(&pp, &pod("other-scheduler", json!({"spec": {"schedulerName": "someone-else"}}))).await.unwrap();
+
+    let names = ["small", "on-cp", "apart-1", "apart-2"];
+    let listed = wait_pods(&pods, "first pods bound", |ps| names.iter().all(|n| bound(ps, n).is_some())).await;
+    assert!(matches!(bound(&listed, "small").as_deref(), Some("w-1" | "w-2")));
+    assert_eq!(bound(&listed, "on-cp").as_deref(), Some("cp-1"));
+    let zone_of = |n: &str| if n == "w-2" { "z2" } else { "z1" };
+    assert_ne!(zone_of(&bound(&listed, "apart-1").unwrap()), zone_of(&bound(&listed, "apart-2").unwrap()), "anti-affinity keeps them in different zones");
+    assert_eq!(bound(&listed, "other-scheduler"), None);
+    let small = listed.iter().find(|p| p.metadata.name.as_deref() == Some("small")).unwrap();
+    let scheduled = small.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled")).expect("PodScheduled condition");
+    assert_eq!(scheduled.status, "True");
+
+    // The pod that fits nowhere says why, in Kubernetes' words.
+    let huge = wait_pods(&pods, "huge marked unschedulable", |ps| {
+        ps.iter().find(|p| p.metadata.name.as_deref() == Some("huge")).and_then(|p| p.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "PodScheduled").cloned()).is_some_and(|c| c.status == "False")
+    })
+    .await;
+    let cond = huge.iter().find(|p| p.metadata.name.as_deref() == Some("huge")).unwrap().status.as_ref().unwrap().conditions.as_ref().unwrap().iter().find(|c| c.type_ == "PodScheduled").unwrap().clone();
+    assert_eq!(cond.reason.as_deref(), Some("Unschedulable"));
+    let expected = "0/3 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, 2 Insufficient cpu.";
+    assert_eq!(cond.message.as_deref(), Some(expected));
+    let events: Api<Event> = Api::namespaced(admin.clone(), "default");
+    let all = events.list(&ListParams::default()).await.unwrap().items;
+    assert!(all.iter().any(|e| e.reason.as_deref() == Some("FailedScheduling") && e.involved_object.name.as_deref() == Some("huge") && e.message.as_deref() == Some(expected) && e.type_.as_deref() == Some("Warning")));
+    assert!(all.iter().any(|e| e.reason.as_deref() == Some("Scheduled") && e.message.as_deref() == Some(&format!("Successfully assigned default/small to {}", bound(&listed, "small").unwrap()))));
+
+    // A node large enough arrives: the unschedulable pod is retried and bound there.
+    nodes.create(&pp, &hollow_node("big-1", "16", zone("z2", "big-1"), json!([]))).await.unwrap();
+    wait_pods(&pods, "huge bound to the new node", |ps| bound(ps, "huge").as_deref() == Some("big-1")).await;
+
+    // Burst, with the scheduler's server killed in the middle of it.
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), "kube-system");
+    let holder = leases.get("kube-scheduler").await.unwrap().spec.unwrap().holder_identity.unwrap();
+    let victim = server_of(&holder).unwrap();
+    let survivor = (victim + 1) % 3;
+    let writer = client(&cluster, &format!("keelson-{}", survivor + 1)).await;
+    let burst_api: Api<Pod> = Api::namespaced(writer.clone(), "default");
+    for i in 0..60 {
+        if i == 20 {
+            eprintln!("kill -9 server {victim} (scheduler holder {holder})");
+            cluster.kill(victim).await.unwrap();
+        }
+        let p = pod(&format!("burst-{i}"), json!({"spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "10m"}}}]}}));
+        let mut tries = 0;
+        while let Err(e) = burst_api.create(&pp, &p).await {
+            tries += 1;
+            assert!(tries < 50, "creating burst-{i}: {e}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let survivor_pods: Api<Pod> = Api::namespaced(writer.clone(), "default");
+    let done = wait_pods(&survivor_pods, "burst bound after the failover", |ps| (0..60).all(|i| bound(ps, &format!("burst-{i}")).is_some())).await;
+    assert_eq!(done.iter().filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with("burst-"))).count(), 60);
+    let new_holder = Api::<Lease>::namespaced(writer.clone(), "kube-system").get("kube-scheduler").await.unwrap().spec.unwrap().holder_identity.unwrap();
+    assert_ne!(new_holder, holder);
+    // No pod was bound twice: one Scheduled Event per pod.
+    let events: Api<Event> = Api::namespaced(writer, "default");
+    let mut per_pod: BTreeMap<String, usize> = BTreeMap::new();
+    let mut by_new_holder = 0;
+    for e in events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|e| e.reason.as_deref() == Some("Scheduled")) {
+        by_new_holder += usize::from(e.reporting_instance.as_deref() == Some(new_holder.as_str()));
+        *per_pod.entry(e.involved_object.name.unwrap_or_default()).or_default() += 1;
+    }
+    assert!(per_pod.values().all(|&n| n == 1), "a pod was bound twice: {per_pod:?}");
+    assert!(by_new_holder > 0, "the new holder bound none of the burst");
+    cluster.stop(Duration::from_secs(10)).await.unwrap();
+}

@@ -1,0 +1,327 @@
+//! The scheduler's loop while it leads: reflectors of pods, nodes and namespaces feed
+//! the queue; each popped pod is decided on a fresh [`Snapshot`] (with the pods this
+//! scheduler has assumed onto nodes), bound asynchronously through `pods/binding` with
+//! the term's fenced client, and reported with Kubernetes' Events and conditions.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, Pod};
+use keelson_component::events::{EventRecorder, EventType};
+use keelson_component::{fence, Leadership};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, watcher};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::framework::{schedule, Decision, Profile};
+use crate::queue::{PodKey, SchedulingQueue};
+use crate::snapshot::Snapshot;
+
+/// What the reflectors and bind tasks tell the loop.
+enum Change {
+    /// A pod was added or changed.
+    Pod(Arc<Pod>),
+    /// A pod was deleted.
+    PodGone(Arc<Pod>),
+    /// A node or namespace changed: unschedulable pods may fit now.
+    Cluster,
+    /// A watch re-listed: the queue is checked against the store.
+    Resync,
+    /// A bind ended.
+    Bound { key: PodKey, result: BindResult },
+}
+
+enum BindResult {
+    Ok,
+    /// Someone else bound it first (409 from the binding).
+    AlreadyBound,
+    Fenced,
+    Failed(String),
+}
+
+fn key_of(pod: &Pod) -> PodKey {
+    format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or("default"), pod.metadata.name.as_deref().unwrap_or(""))
+}
+
+fn is_ours_and_pending(pod: &Pod) -> bool {
+    let Some(spec) = pod.spec.as_ref() else { return false };
+    spec.node_name.as_deref().is_none_or(str::is_empty)
+        && spec.scheduler_name.as_deref().unwrap_or(crate::SCHEDULER_NAME) == crate::SCHEDULER_NAME
+        && pod.metadata.deletion_timestamp.is_none()
+        && !matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
+
+fn reference(pod: &Pod) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: pod.metadata.namespace.clone(),
+        name: pod.metadata.name.clone(),
+        uid: pod.metadata.uid.clone(),
+        resource_version: pod.metadata.resource_version.clone(),
+        ..Default::default()
+    }
+}
+
+/// Runs `stream` of a reflector, telling the loop what changed through `on`.
+fn follow<K, F>(api: Api<K>, writer: reflector::store::Writer<K>, tx: mpsc::UnboundedSender<Change>, on: F) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    F: Fn(watcher::Event<K>) -> Option<Change> + Send + 'static,
+{
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()));
+    tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(ev) => {
+                    if let Some(change) = on(ev) {
+                        if tx.send(change).is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "scheduler watch; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    })
+}
+
+struct Scheduler {
+    term: Leadership,
+    profile: Profile,
+    pods: Store<Pod>,
+    nodes: Store<Node>,
+    namespaces: Store<Namespace>,
+    queue: SchedulingQueue,
+    /// Pods this scheduler decided to bind, with their node, until the watch shows them bound.
+    assumed: HashMap<PodKey, Arc<Pod>>,
+    recorder: EventRecorder,
+    tx: mpsc::UnboundedSender<Change>,
+    start: usize,
+}
+
+/// One term as the active scheduler.
+pub(crate) async fn lead(term: Leadership) {
+    let span = tracing::info_span!("scheduler", token = term.token);
+    run(term).instrument(span).await;
+}
+
+async fn run(term: Leadership) {
+    let client = term.client.clone();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (pods, pod_writer) = reflector::store::<Pod>();
+    let (nodes, node_writer) = reflector::store::<Node>();
+    let (namespaces, ns_writer) = reflector::store::<Namespace>();
+    let tasks = [
+        follow(Api::<Pod>::all(client.clone()), pod_writer, tx.clone(), |ev| match ev {
+            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => Some(Change::Pod(Arc::new(p))),
+            watcher::Event::Delete(p) => Some(Change::PodGone(Arc::new(p))),
+            watcher::Event::InitDone => Some(Change::Resync),
+            watcher::Event::Init => None,
+        }),
+        follow(Api::<Node>::all(client.clone()), node_writer, tx.clone(), |ev| (!matches!(ev, watcher::Event::Init)).then_some(Change::Cluster)),
+        follow(Api::<Namespace>::all(client.clone()), ns_writer, tx.clone(), |ev| (!matches!(ev, watcher::Event::Init)).then_some(Change::Cluster)),
+    ];
+    let recorder = EventRecorder::new(client.clone(), crate::SCHEDULER_NAME, &term.identity);
+    let mut s = Scheduler {
+        term: term.clone(),
+        profile: crate::plugins::default_profile(),
+        pods,
+        nodes,
+        namespaces,
+        queue: SchedulingQueue::default(),
+        assumed: HashMap::new(),
+        recorder,
+        tx,
+        start: 0,
+    };
+    tracing::info!("scheduler active");
+    let ready = async {
+        let _ = s.pods.wait_until_ready().await;
+        let _ = s.nodes.wait_until_ready().await;
+    };
+    tokio::select! {
+        _ = term.ended.cancelled() => {}
+        _ = ready => s.serve(&mut rx).await,
+    }
+    for t in tasks {
+        t.abort();
+    }
+    tracing::info!("scheduler inactive");
+}
+
+impl Scheduler {
+    async fn serve(&mut self, rx: &mut mpsc::UnboundedReceiver<Change>) {
+        loop {
+            while let Ok(change) = rx.try_recv() {
+                self.apply(change);
+            }
+            if self.term.ended.is_cancelled() {
+                return;
+            }
+            if let Some(key) = self.queue.pop(Instant::now()) {
+                self.schedule_one(key).await;
+                continue;
+            }
+            let wake = self.queue.next_ready().unwrap_or_else(|| Instant::now() + Duration::from_secs(30));
+            tokio::select! {
+                _ = self.term.ended.cancelled() => return,
+                change = rx.recv() => match change {
+                    Some(c) => self.apply(c),
+                    None => return,
+                },
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    fn apply(&mut self, change: Change) {
+        let now = Instant::now();
+        match change {
+            Change::Pod(pod) => {
+                let key = key_of(&pod);
+                if is_ours_and_pending(&pod) {
+                    if !self.assumed.contains_key(&key) {
+                        self.queue.add(&key, pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0), now);
+                    }
+                } else {
+                    self.queue.remove(&key);
+                    if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()) {
+                        self.assumed.remove(&key);
+                    }
+                    if pod.metadata.deletion_timestamp.is_some() || matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")) {
+                        self.queue.cluster_changed(now);
+                    }
+                }
+            }
+            Change::PodGone(pod) => {
+                let key = key_of(&pod);
+                self.queue.remove(&key);
+                self.assumed.remove(&key);
+                self.queue.cluster_changed(now);
+            }
+            Change::Cluster => self.queue.cluster_changed(now),
+            Change::Resync => {
+                for pod in self.pods.state() {
+                    if is_ours_and_pending(&pod) && !self.queue.contains(&key_of(&pod)) && !self.assumed.contains_key(&key_of(&pod)) {
+                        self.queue.add(&key_of(&pod), pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0), now);
+                    }
+                }
+                self.queue.cluster_changed(now);
+            }
+            Change::Bound { key, result } => match result {
+                BindResult::Ok => {}
+                BindResult::AlreadyBound => {
+                    self.assumed.remove(&key);
+                    self.queue.remove(&key);
+                }
+                BindResult::Fenced => {
+                    tracing::warn!(pod = %key, "binding fenced: another scheduler holds the lease");
+                    self.term.step_down();
+                }
+                BindResult::Failed(why) => {
+                    tracing::info!(pod = %key, error = %why, "binding failed; retrying after backoff");
+                    self.assumed.remove(&key);
+                    self.queue.backoff(&key, now);
+                }
+            },
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let mut pods: HashMap<PodKey, Arc<Pod>> = self.pods.state().into_iter().map(|p| (key_of(&p), p)).collect();
+        for (k, p) in &self.assumed {
+            pods.insert(k.clone(), p.clone());
+        }
+        let namespaces = self
+            .namespaces
+            .state()
+            .into_iter()
+            .map(|n| (n.metadata.name.clone().unwrap_or_default(), n.metadata.labels.clone().unwrap_or_default()))
+            .collect();
+        Snapshot::build(self.nodes.state(), pods.into_values()).with_namespaces(namespaces)
+    }
+
+    async fn schedule_one(&mut self, key: PodKey) {
+        let (ns, name) = key.split_once('/').expect("keys are namespace/name");
+        let Some(pod) = self.pods.get(&ObjectRef::new(name).within(ns)) else {
+            self.queue.remove(&key);
+            return;
+        };
+        if !is_ours_and_pending(&pod) {
+            self.queue.remove(&key);
+            return;
+        }
+        let snapshot = self.snapshot();
+        let span = tracing::info_span!("schedule", pod = %key, nodes = snapshot.nodes.len());
+        let _enter = span.enter();
+        let decision = schedule(&self.profile, &pod, &snapshot, self.start, rand::random());
+        if !snapshot.nodes.is_empty() {
+            self.start = (self.start + 1) % snapshot.nodes.len();
+        }
+        match decision {
+            Decision::Bind { node, .. } => {
+                tracing::debug!(%node, "scheduled");
+                let mut assumed = (*pod).clone();
+                assumed.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
+                self.assumed.insert(key.clone(), Arc::new(assumed));
+                tokio::spawn(bind(self.term.client.clone(), self.recorder.clone(), pod, node, key, self.tx.clone()).in_current_span());
+            }
+            Decision::Unschedulable { message, .. } => {
+                tracing::debug!(%message, "unschedulable");
+                self.queue.unschedulable(&key, Instant::now());
+                tokio::spawn(report_unschedulable(self.term.clone(), self.recorder.clone(), pod, message).in_current_span());
+            }
+        }
+    }
+}
+
+async fn bind(client: kube::Client, recorder: EventRecorder, pod: Arc<Pod>, node: String, key: PodKey, tx: mpsc::UnboundedSender<Change>) {
+    let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(client, &ns);
+    let binding = json!({
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": name, "namespace": ns, "uid": pod.metadata.uid},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    });
+    let result = match api.create_subresource::<_, serde_json::Value>("binding", &name, &PostParams::default(), &binding).await {
+        Ok(_) => {
+            recorder.publish(&reference(&pod), EventType::Normal, "Scheduled", &format!("Successfully assigned {ns}/{name} to {node}")).await;
+            BindResult::Ok
+        }
+        Err(e) if fence::is_fenced(&e) => BindResult::Fenced,
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => BindResult::AlreadyBound,
+        Err(e) => BindResult::Failed(e.to_string()),
+    };
+    let _ = tx.send(Change::Bound { key, result });
+}
+
+/// `PodScheduled=False` (reason `Unschedulable`) on the pod, once per new message, and a
+/// `FailedScheduling` Event.
+async fn report_unschedulable(term: Leadership, recorder: EventRecorder, pod: Arc<Pod>, message: String) {
+    recorder.publish(&reference(&pod), EventType::Warning, "FailedScheduling", &message).await;
+    let current = pod.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
+    if current.is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable") && c.message.as_deref() == Some(message.as_str())) {
+        return;
+    }
+    let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let api: Api<Pod> = Api::namespaced(term.client.clone(), &ns);
+    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let patch = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastTransitionTime": now, "lastProbeTime": null}]}});
+    match api.patch_status(pod.metadata.name.as_deref().unwrap_or(""), &PatchParams::default(), &Patch::Strategic(patch)).await {
+        Ok(_) => {}
+        Err(e) if fence::is_fenced(&e) => term.step_down(),
+        Err(e) => tracing::debug!(error = %e, "recording PodScheduled=False"),
+    }
+}
