@@ -45,7 +45,7 @@ pub mod topology;
 pub use cleanup::{cleanup_on_signal, cleanup_stale, CleanupHandle};
 pub use error::ChaosError;
 pub use harness::Harness;
-pub use nemesis::{plan_fault, run_nemesis, HealStep, Plan};
+pub use nemesis::{plan_fault, run_nemesis, run_nemesis_retargeted, HealStep, Plan};
 
 /// How servers are separated from each other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

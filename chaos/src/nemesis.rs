@@ -106,6 +106,20 @@ pub async fn run_nemesis(
     seed: u64,
     stop: CancellationToken,
 ) -> Vec<NemesisEvent> {
+    run_nemesis_retargeted(harness, families, interval, seed, stop, |f| f).await
+}
+
+/// [`run_nemesis`], with each planned fault passed through `retarget` before it is
+/// applied (a workload may aim "leader" faults at what it considers the leader, e.g. a
+/// lease holder's server); the seeded schedule is the same.
+pub async fn run_nemesis_retargeted(
+    harness: Arc<Mutex<Harness>>,
+    families: Vec<NemesisFamily>,
+    interval: Duration,
+    seed: u64,
+    stop: CancellationToken,
+    retarget: impl Fn(Fault) -> Fault,
+) -> Vec<NemesisEvent> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut events = Vec::new();
     let usable = {
@@ -140,7 +154,7 @@ pub async fn run_nemesis(
         };
         let (ok, target) = {
             let mut h = harness.lock().await;
-            match h.apply_tracked(plan.fault.clone()).await {
+            match h.apply_tracked(retarget(plan.fault.clone())).await {
                 Ok((ev, t)) => {
                     events.push(ev);
                     (true, t)

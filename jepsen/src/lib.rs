@@ -10,6 +10,8 @@
 //!   memoization, per-key decomposition) and its failure reports;
 //! * [`timeline`]: HTML/SVG timelines of (sub-)histories;
 //! * [`watch`]: the watch-stream checker;
+//! * [`lease`]: the checker of fenced writes by lease holders (terms never go
+//!   back, acknowledged writes stored, refused ones not, failover within a bound);
 //! * [`synth`]: random linearizable histories and guaranteed anomalies, for
 //!   tests and benchmarks.
 
@@ -18,6 +20,7 @@
 pub mod edn;
 pub mod formats;
 pub mod history;
+pub mod lease;
 pub mod linear;
 pub mod model;
 pub mod ops;
@@ -29,6 +32,7 @@ pub use formats::{Format, FormatError, LoadedHistory};
 pub use history::{
     ChangeKind, EventKind, Function, HistoryError, HistoryEvent, HistoryWriter, Value,
 };
+pub use lease::{check_lease, LeaseHistory, LeaseReport};
 pub use linear::{check, check_operations, KeyFailure, LinearReport, ModelKind};
 pub use model::{CasRegister, KvMap, Model, ModelError};
 pub use ops::{pair_events, Operation, Outcome, PairError};

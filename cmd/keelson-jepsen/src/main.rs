@@ -36,7 +36,7 @@ struct RunArgs {
     /// Servers in the cluster (3 or 5).
     #[arg(long, default_value_t = 3)]
     servers: usize,
-    /// What to run: register and watch drive the Kubernetes API of every server;
+    /// What to run: register, watch and lease drive the Kubernetes API of every server;
     /// store-register and store-watch drive the internal store API.
     #[arg(long, value_enum, default_value = "register")]
     workload: WorkloadArg,
@@ -63,6 +63,18 @@ struct RunArgs {
     /// Force loopback processes even as root (no partitions).
     #[arg(long)]
     loopback: bool,
+    /// lease workload: the election's lease duration (whole seconds).
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    lease_duration: std::time::Duration,
+    /// lease workload: the election's renew deadline.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    renew_deadline: std::time::Duration,
+    /// lease workload: the election's retry period.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    retry_period: std::time::Duration,
+    /// lease workload: a failover must come within lease duration + retry period + this.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    failover_slack: std::time::Duration,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -79,6 +91,10 @@ enum WorkloadArg {
     StoreRegister,
     /// Watchers following writers on the internal store API.
     StoreWatch,
+    /// One contender per server elected through a Lease (the real elector), appending
+    /// writes fenced on its term's token: terms never go back, acknowledged writes are
+    /// stored, fenced ones are not; failover times after faults on the holder.
+    Lease,
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -240,6 +256,7 @@ fn run(args: &RunArgs, out: &mut String) -> anyhow::Result<Verdict> {
             WorkloadArg::Watch => keelson_jepsen_runner::Workload::KubeWatch,
             WorkloadArg::StoreRegister => keelson_jepsen_runner::Workload::Register,
             WorkloadArg::StoreWatch => keelson_jepsen_runner::Workload::Watch,
+            WorkloadArg::Lease => keelson_jepsen_runner::Workload::Lease,
         },
         nemesis: families,
         time_limit: args.time_limit,
@@ -249,6 +266,13 @@ fn run(args: &RunArgs, out: &mut String) -> anyhow::Result<Verdict> {
         dir,
         keelson_bin,
         isolation: if args.loopback { Isolation::Loopback } else { Isolation::Auto },
+        lease: keelson_jepsen_runner::LeaseWorkload {
+            lease_duration: args.lease_duration,
+            renew_deadline: args.renew_deadline,
+            retry_period: args.retry_period,
+            slack: args.failover_slack,
+            ..Default::default()
+        },
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let verdict = rt.block_on(keelson_jepsen_runner::run(opts))?;
@@ -263,6 +287,21 @@ fn run(args: &RunArgs, out: &mut String) -> anyhow::Result<Verdict> {
         verdict.faults,
         verdict.availability_during_faults.map(|a| format!("{:.1}%", a * 100.0)).unwrap_or("n/a".into()),
     );
+    if let Some(f) = &verdict.failover {
+        let ms = |v: Option<u64>| v.map(|v| format!("{v} ms")).unwrap_or("n/a".into());
+        let _ = writeln!(
+            out,
+            "failover: {} fault(s) hit the lease holder, {} failover(s): p50 {}, max {} (bound {} ms); {} survived, {} not recovered, {} inconclusive",
+            f.holder_hits,
+            f.failovers_ms.len(),
+            ms(f.p50_ms()),
+            ms(f.max_ms()),
+            f.bound_ms,
+            f.survived,
+            f.unrecovered,
+            f.inconclusive,
+        );
+    }
     let _ = writeln!(out, "{}", verdict.summary);
     let _ = writeln!(out, "artifacts: {}", verdict.dir.display());
     Ok(if verdict.valid { Verdict::Valid } else { Verdict::Invalid })

@@ -163,21 +163,40 @@ impl Replica {
         }
     }
 
+    /// Returns once this replica knows a leader other than `leader` (or none).
+    async fn leader_replaced(&self, leader: NodeId) {
+        let mut metrics = self.inner.raft.metrics();
+        loop {
+            if metrics.borrow_watched().current_leader != Some(leader) {
+                return;
+            }
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Fetches a read index from wherever the leader is (used by the batcher).
     pub(crate) async fn fetch_read_index(&self) -> Result<u64, StoreError> {
         let deadline = Instant::now() + LEADER_WAIT;
         loop {
             let attempt = match self.remote_leader(deadline).await? {
                 None => self.leader_read_index().await,
-                Some((_, addr)) => {
+                Some((leader, addr)) => {
                     let ch = self.inner.peers.get(&addr)?;
                     let env = wire_encode(&())?;
                     // Bounded, so that a leader that stopped answering cannot hold one of
-                    // the batcher's rounds for ever.
-                    match tokio::time::timeout_at(deadline.into(), GrpcStore::new(ch).read_index(env)).await {
-                        Ok(Ok(resp)) => wire_decode::<Result<ReadIndexReply, StoreError>>(resp.get_ref())?.map(|r| r.index),
-                        Ok(Err(s)) => Err(StoreError::Unavailable(format!("leader {addr}: {}", s.message()))),
-                        Err(_) => Err(StoreError::Unavailable(format!("leader {addr} did not answer a read index request in time"))),
+                    // the batcher's rounds for ever; and abandoned as soon as another
+                    // leader is known, so that reads move on with the election instead of
+                    // waiting out the deadline on a paused or cut-off old leader.
+                    let mut store = GrpcStore::new(ch);
+                    tokio::select! {
+                        r = tokio::time::timeout_at(deadline.into(), store.read_index(env)) => match r {
+                            Ok(Ok(resp)) => wire_decode::<Result<ReadIndexReply, StoreError>>(resp.get_ref())?.map(|r| r.index),
+                            Ok(Err(s)) => Err(StoreError::Unavailable(format!("leader {addr}: {}", s.message()))),
+                            Err(_) => Err(StoreError::Unavailable(format!("leader {addr} did not answer a read index request in time"))),
+                        },
+                        _ = self.leader_replaced(leader) => Err(StoreError::Unavailable(format!("leader {addr} was replaced while a read index request was out"))),
                     }
                 }
             };

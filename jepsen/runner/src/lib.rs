@@ -7,11 +7,15 @@
 //! [`Workload::Watch`]) or the Kubernetes API of every server through kube-rs
 //! (ConfigMaps as registers, API watches checked against the store's own watch:
 //! [`Workload::KubeRegister`], [`Workload::KubeWatch`]), so consistency is proven end
-//! to end through the API servers.
+//! to end through the API servers. [`Workload::Lease`] runs the real Lease elector
+//! (`keelson_component`) on every server and checks that its fenced writes never go back
+//! a term, and times failovers.
 
 mod kube_api;
 mod kube_register;
 mod kube_watch;
+mod lease;
+mod lease_nemesis;
 mod register;
 mod run;
 mod watch;
@@ -19,6 +23,8 @@ mod watch;
 pub use kube_api::KubeTarget;
 pub use kube_register::{KubeRegisterWorkload, CAS_CONFLICT};
 pub use kube_watch::{KubeWatchResult, KubeWatchWorkload, REFERENCE_WATCHER};
+pub use lease::{HolderCell, LeaseRun, LeaseWorkload, LEASE_NAME, LEASE_NAMESPACE};
+pub use lease_nemesis::{fault_log, run_targeted_nemesis};
 pub use register::{RegisterWorkload, CAS_MISMATCH, REGISTER_PREFIX};
 pub use run::{run, RunError, RunOptions, RunVerdict, Workload};
 pub use watch::{WatchWorkload, WATCH_PREFIX};

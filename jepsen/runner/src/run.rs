@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keelson_chaos::{Harness, HarnessSpec, Isolation, NemesisEvent, NemesisFamily};
+use keelson_jepsen::lease::{FailoverStats, LeaseHistory, WriteOutcome};
 use keelson_jepsen::{linear, pair_events, EventKind, HistoryWriter, ModelKind};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -12,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::kube_api::KubeTarget;
 use crate::kube_register::{KubeRegisterWorkload, CAS_CONFLICT};
 use crate::kube_watch::KubeWatchWorkload;
+use crate::lease::{HolderCell, LeaseRun, LeaseWorkload};
 use crate::register::{RegisterWorkload, CAS_MISMATCH};
 use crate::watch::WatchWorkload;
 
@@ -26,6 +28,9 @@ pub enum Workload {
     KubeRegister,
     /// Kubernetes API watches of ConfigMaps, checked against the store's own watch.
     KubeWatch,
+    /// One contender per server elected through a Lease, appending writes fenced on its
+    /// term's token; checked by `keelson_jepsen::lease` (see [`crate::lease`]).
+    Lease,
 }
 
 impl Workload {
@@ -42,6 +47,8 @@ struct WorkloadEnd {
     /// Anomalies the history checkers cannot see.
     violations: Vec<String>,
     notes: Vec<String>,
+    /// What the lease workload recorded (its own history).
+    lease: Option<LeaseRun>,
 }
 
 /// Parameters of a run.
@@ -59,6 +66,8 @@ pub struct RunOptions {
     pub dir: PathBuf,
     pub keelson_bin: PathBuf,
     pub isolation: Isolation,
+    /// Parameters of [`Workload::Lease`] (ignored by the others).
+    pub lease: LeaseWorkload,
 }
 
 /// What a run found.
@@ -75,6 +84,8 @@ pub struct RunVerdict {
     pub availability_during_faults: Option<f64>,
     pub summary: String,
     pub dir: PathBuf,
+    /// [`Workload::Lease`]: failover figures over the faults that hit the lease holder.
+    pub failover: Option<FailoverStats>,
 }
 
 /// A run that could not be carried out (as opposed to one that found an anomaly).
@@ -119,6 +130,7 @@ pub async fn run(opts: RunOptions) -> Result<RunVerdict, RunError> {
 
     let stop_workload = CancellationToken::new();
     let stop_nemesis = CancellationToken::new();
+    let holder = HolderCell::default();
     let wl = {
         let history = history.clone();
         let endpoints = endpoints.clone();
@@ -150,18 +162,42 @@ pub async fn run(opts: RunOptions) -> Result<RunVerdict, RunError> {
                 let w = KubeWatchWorkload { writers: clients / 2, watchers: clients - clients / 2, ..Default::default() };
                 tokio::spawn(async move {
                     let r = w.run(&kube_target, history, seed, stop).await;
-                    WorkloadEnd { invoked: r.invoked, violations: r.violations, notes: r.notes }
+                    WorkloadEnd { invoked: r.invoked, violations: r.violations, notes: r.notes, lease: None }
+                })
+            }
+            Workload::Lease => {
+                let w = opts.lease.clone();
+                let holder = holder.clone();
+                tokio::spawn(async move {
+                    let mut r = w.run(&kube_target, epoch, seed, holder, stop).await;
+                    WorkloadEnd {
+                        invoked: r.writes.len() as u64,
+                        violations: std::mem::take(&mut r.violations),
+                        notes: vec![format!("{} term(s) began", r.terms.len())],
+                        lease: Some(r),
+                    }
                 })
             }
         }
     };
-    let nemesis = tokio::spawn(keelson_chaos::run_nemesis(
-        harness.clone(),
-        opts.nemesis.clone(),
-        opts.nemesis_interval,
-        opts.seed,
-        stop_nemesis.clone(),
-    ));
+    let nemesis = if opts.workload == Workload::Lease {
+        tokio::spawn(crate::lease_nemesis::run_targeted_nemesis(
+            harness.clone(),
+            opts.nemesis.clone(),
+            opts.nemesis_interval,
+            opts.seed,
+            stop_nemesis.clone(),
+            holder.clone(),
+        ))
+    } else {
+        tokio::spawn(keelson_chaos::run_nemesis(
+            harness.clone(),
+            opts.nemesis.clone(),
+            opts.nemesis_interval,
+            opts.seed,
+            stop_nemesis.clone(),
+        ))
+    };
     tokio::time::sleep(opts.time_limit).await;
     stop_nemesis.cancel();
     let events = nemesis.await.unwrap_or_default();
@@ -173,7 +209,12 @@ pub async fn run(opts: RunOptions) -> Result<RunVerdict, RunError> {
         let settled = h.wait_healthy(Duration::from_secs(60)).await;
         healed.map(|_| ()).and(settled)
     };
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The lease workload also gets a lease duration to recover from the last fault.
+    let settle = match opts.workload {
+        Workload::Lease => Duration::from_secs(3) + opts.lease.lease_duration,
+        _ => Duration::from_secs(3),
+    };
+    tokio::time::sleep(settle).await;
     stop_workload.cancel();
     let end = wl.await.unwrap_or_default();
     let _ = history.flush();
@@ -245,6 +286,9 @@ fn check(
     harness_offset: Duration,
 ) -> Result<RunVerdict, RunError> {
     let invoked = end.invoked;
+    if opts.workload == Workload::Lease {
+        return check_lease(opts, end, events, harness_offset);
+    }
     let loaded = keelson_jepsen::history::read_jsonl(history_path).map_err(|e| RunError::History(e.to_string()))?;
     let hist: Vec<keelson_jepsen::HistoryEvent> = loaded.into_iter().map(|(_, e)| e).collect();
     // What the workload found itself, appended to the checker's summary.
@@ -270,6 +314,7 @@ fn check(
             availability_during_faults: None,
             summary: format!("{}{extra}\nfull report: {}", abridged(report.to_string().trim_end(), 40), full.display()),
             dir: opts.dir.clone(),
+            failover: None,
         });
     }
     let ops = pair_events(&hist).map_err(|e| RunError::History(e.to_string()))?;
@@ -316,6 +361,54 @@ fn check(
         availability_during_faults: (during.0 > 0).then(|| during.1 as f64 / during.0 as f64),
         summary,
         dir: opts.dir.clone(),
+        failover: None,
+    })
+}
+
+/// The lease workload's verdict: its own history, the final state and the fault log
+/// through `keelson_jepsen::lease` (artifacts: `lease-history.json`, `lease-report.txt`).
+fn check_lease(opts: &RunOptions, end: &WorkloadEnd, events: &[NemesisEvent], harness_offset: Duration) -> Result<RunVerdict, RunError> {
+    let empty = LeaseRun::default();
+    let run = end.lease.as_ref().unwrap_or(&empty);
+    let input = LeaseHistory {
+        writes: run.writes.clone(),
+        stored: run.stored.clone().unwrap_or_default(),
+        faults: crate::lease_nemesis::fault_log(events, harness_offset),
+        terms: run.terms.clone(),
+        bound: opts.lease.bound(),
+        end_ms: run.end_ms,
+    };
+    let json = serde_json::to_string_pretty(&input).map_err(|e| RunError::History(e.to_string()))?;
+    std::fs::write(opts.dir.join("lease-history.json"), json)?;
+    let report = keelson_jepsen::check_lease(&input).map_err(|e| RunError::History(e.to_string()))?;
+    let mut extra = String::new();
+    for v in &end.violations {
+        extra.push_str(&format!("\n  workload: {v}"));
+    }
+    for n in &end.notes {
+        extra.push_str(&format!("\n  note: {n}"));
+    }
+    if run.writes.is_empty() {
+        extra.push_str("\n  workload: no write was attempted: no contender ever led (see stderr)");
+    }
+    let full = opts.dir.join("lease-report.txt");
+    std::fs::write(&full, format!("{report}{extra}\n"))?;
+    let count = |f: fn(&WriteOutcome) -> bool| run.writes.iter().filter(|w| f(&w.outcome)).count();
+    // Served during faults: acknowledged, or refused as fenced (the cluster answered).
+    let windows = fault_windows(events, harness_offset);
+    let during: Vec<_> = run.writes.iter().filter(|w| windows.iter().any(|(s, e)| w.invoke_ms * 1_000_000 >= *s && w.invoke_ms * 1_000_000 < *e)).collect();
+    let served = during.iter().filter(|w| matches!(w.outcome, WriteOutcome::Ok { .. } | WriteOutcome::Fenced)).count();
+    Ok(RunVerdict {
+        valid: report.is_valid() && end.violations.is_empty() && !run.writes.is_empty() && run.stored.is_some(),
+        invoked: end.invoked,
+        ok: count(|o| matches!(o, WriteOutcome::Ok { .. })),
+        fail: count(|o| matches!(o, WriteOutcome::Fenced | WriteOutcome::Failed)),
+        info: count(|o| *o == WriteOutcome::Unknown),
+        faults: count_faults(events),
+        availability_during_faults: (!during.is_empty()).then(|| served as f64 / during.len() as f64),
+        summary: format!("{}{extra}\nfull report: {}", abridged(report.to_string().trim_end(), 40), full.display()),
+        dir: opts.dir.clone(),
+        failover: Some(report.failover_stats()),
     })
 }
 

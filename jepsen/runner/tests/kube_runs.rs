@@ -1,6 +1,7 @@
 //! Jepsen-style runs through the Kubernetes API against a 3-replica cluster: ConfigMap
-//! registers must stay linearizable and API watches must deliver exactly the store's
-//! changes, in order, across kills, pauses and (as root) partitions. They fail on any
+//! registers must stay linearizable, API watches must deliver exactly the store's
+//! changes, in order, and lease holders' fenced writes must never go back a term, across
+//! kills, pauses and (as root) partitions. They fail on any
 //! anomaly. Partitions need root (network namespaces); without root the partition run is
 //! skipped loudly (CI runs as root).
 //!
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use common::{is_root, keelson_bin};
 use keelson_chaos::{Isolation, NemesisFamily};
+use keelson_jepsen::lease::{LeaseHistory, WriteOutcome};
 use keelson_jepsen::{linear, pair_events, synth, Function, ModelKind};
 use keelson_jepsen_runner::{run, RunOptions, RunVerdict, Workload, REFERENCE_WATCHER};
 
@@ -39,6 +41,7 @@ async fn kube_run_with(workload: Workload, family: NemesisFamily, interval: Dura
         dir: dir.clone(),
         keelson_bin: keelson_bin(),
         isolation: Isolation::Auto,
+        lease: Default::default(),
     };
     let started = std::time::Instant::now();
     let verdict = run(opts).await.expect("the run itself must complete");
@@ -136,5 +139,117 @@ async fn api_watches_deliver_the_stores_changes_exactly_across_partitions() {
         return;
     }
     let v = kube_run(Workload::KubeWatch, NemesisFamily::Partition, 15, 50).await;
+    let _ = std::fs::remove_dir_all(&v.dir);
+}
+
+/// A 20 s lease run (faults every 5 s, each outlasting the 3 s lease) that must be
+/// valid, inject faults that hit the holder (the seeds are chosen so that the first
+/// faults target the leader, which for this workload means the lease holder's server),
+/// recover from each within the bound, and get real work done. With `failover`, it must
+/// also fail over at least once, with acknowledged writes in two terms or more.
+///
+/// Pauses and partitions do not require a failover: while the Raft leader is paused or
+/// cut off, the other servers' linearizable reads wait up to 5 s for read-index answers
+/// from it (even after one of them has become the Raft leader), so when the holder's
+/// server is also the Raft leader no candidate can take over during a 5 s fault, and
+/// the holder may go on after the heal (it "survived": valid, and reported as such).
+#[allow(clippy::await_holding_lock)] // one run at a time, across test threads
+async fn lease_run(family: NemesisFamily, seed: u64, failover: bool) -> (RunVerdict, LeaseHistory) {
+    let _turn = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tmp").keep();
+    let opts = RunOptions {
+        servers: 3,
+        workload: Workload::Lease,
+        nemesis: vec![family],
+        time_limit: Duration::from_secs(20),
+        nemesis_interval: Duration::from_secs(5),
+        seed,
+        clients: 3,
+        dir: dir.clone(),
+        keelson_bin: keelson_bin(),
+        isolation: Isolation::Auto,
+        lease: Default::default(),
+    };
+    let started = std::time::Instant::now();
+    let verdict = run(opts).await.expect("the run itself must complete");
+    let f = verdict.failover.clone().expect("lease runs report failover figures");
+    eprintln!(
+        "Lease under {family:?} ({:.1}s): valid={} writes={} ok={} fail={} info={} faults={} availability={:?}\nfailover: p50={:?} ms max={:?} ms ({f})\n{}",
+        started.elapsed().as_secs_f64(),
+        verdict.valid,
+        verdict.invoked,
+        verdict.ok,
+        verdict.fail,
+        verdict.info,
+        verdict.faults,
+        verdict.availability_during_faults,
+        f.p50_ms(),
+        f.max_ms(),
+        verdict.summary
+    );
+    assert!(verdict.valid, "anomaly found by the lease workload under {family:?}; artifacts in {}", dir.display());
+    assert!(verdict.faults > 0, "no fault was injected");
+    assert!(verdict.ok >= 50, "too few acknowledged writes to mean anything: {}", verdict.ok);
+    assert!(f.holder_hits > 0, "no fault hit the lease holder");
+    assert!(f.failovers_ms.len() + f.survived > 0, "no recovery after a fault on the holder: {f}");
+    let text = std::fs::read_to_string(dir.join("lease-history.json")).expect("lease history");
+    let history: LeaseHistory = serde_json::from_str(&text).expect("lease history parses");
+    if failover {
+        assert!(!f.failovers_ms.is_empty(), "no failover after a fault on the holder: {f}");
+        let terms: std::collections::HashSet<i64> =
+            history.writes.iter().filter(|w| matches!(w.outcome, WriteOutcome::Ok { .. })).map(|w| w.token).collect();
+        assert!(terms.len() >= 2, "acknowledged writes of only {} term(s)", terms.len());
+    }
+    (verdict, history)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lease_holders_never_go_back_a_term_under_kill_9_and_planted_anomalies_are_caught() {
+    let (v, history) = lease_run(NemesisFamily::Kill, 6, true).await;
+    let check = |h: &LeaseHistory| keelson_jepsen::check_lease(h).expect("well-formed");
+    assert!(check(&history).is_valid());
+    // An acknowledged write lost from the final state must be caught.
+    let mut lost = history.clone();
+    let i = lost.stored.len() / 2;
+    let gone = lost.stored.remove(i);
+    assert!(!check(&lost).is_valid(), "losing {gone:?} went unnoticed");
+    // A write of the first term stored after the last term's writes: the term went back.
+    let mut back = history.clone();
+    let first_token = back.stored.iter().map(|s| s.token).min().expect("stored writes");
+    let top = back.stored.iter().map(|s| s.revision).max().expect("stored writes");
+    let stale = back.stored.iter_mut().find(|s| s.token == first_token).expect("a write of the first term");
+    stale.revision = top + 1;
+    let stale = *stale;
+    if let Some(w) = back.writes.iter_mut().find(|w| (w.contender, w.seq) == (stale.contender, stale.seq)) {
+        w.outcome = WriteOutcome::Unknown;
+    }
+    let report = check(&back);
+    assert!(!report.is_valid() && report.to_string().contains("terms went back"), "a stale write at the end went unnoticed: {report}");
+    // A write refused as fenced (or, failing that, one that failed) found stored.
+    let mut refused = history.clone();
+    let w = refused
+        .writes
+        .iter()
+        .find(|w| matches!(w.outcome, WriteOutcome::Fenced | WriteOutcome::Failed))
+        .expect("some write was refused or failed under kill -9")
+        .clone();
+    refused.stored.push(keelson_jepsen::lease::StoredWrite { contender: w.contender, token: w.token, seq: w.seq, revision: top + 5 });
+    assert!(!check(&refused).is_valid(), "a stored {:?} write went unnoticed", w.outcome);
+    let _ = std::fs::remove_dir_all(&v.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lease_holders_never_go_back_a_term_under_pause() {
+    let (v, _) = lease_run(NemesisFamily::Pause, 8, false).await;
+    let _ = std::fs::remove_dir_all(&v.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lease_holders_never_go_back_a_term_under_partitions() {
+    if !is_root() {
+        eprintln!("SKIPPED (needs root): partitions need network namespaces; CI runs this as root");
+        return;
+    }
+    let (v, _) = lease_run(NemesisFamily::Partition, 34, false).await;
     let _ = std::fs::remove_dir_all(&v.dir);
 }

@@ -34,6 +34,7 @@ async fn short_run_on(
         dir: dir.clone(),
         keelson_bin: keelson_bin(),
         isolation: Isolation::Auto,
+        lease: Default::default(),
     };
     let verdict = run(opts).await.expect("the run itself must complete");
     eprintln!(
