@@ -164,6 +164,23 @@ impl ApiCluster {
         Ok(keelson_component::client::config_for(&format!("https://{addr}"), self.ca.cert_pem(), user, &cert).await?)
     }
 
+    /// What a control-plane component of server `i` gets: a balancer in front of that
+    /// server's API, the cluster CA, and short election timings.
+    pub async fn control_plane_access(&self, i: usize, shutdown: CancellationToken) -> anyhow::Result<keelson_component::ControlPlaneAccess> {
+        let balancer = keelson_component::ApiBalancer::start(vec![self.api_addrs[i]], self.ca.cert_pem(), Default::default(), shutdown).await?;
+        Ok(keelson_component::ControlPlaneAccess {
+            balancer,
+            ca: Arc::new(ClusterCa::from_pem(self.ca.cert_pem(), &self.ca.key_pem())?),
+            server_name: format!("server-{i}"),
+            timings: keelson_component::ElectionTimings {
+                lease_duration: std::time::Duration::from_secs(2),
+                renew_deadline: std::time::Duration::from_millis(1500),
+                retry_period: std::time::Duration::from_millis(300),
+            },
+            metrics: Default::default(),
+        })
+    }
+
     /// The cluster CA certificate (PEM).
     pub fn ca_pem(&self) -> &str {
         self.ca.cert_pem()

@@ -252,3 +252,34 @@ async fn a_paused_holder_resumed_after_a_takeover_writes_nothing() {
     drop(log);
     c.shutdown().await;
 }
+
+/// A component whose role does not allow what it needs says so, in an Event on its
+/// Lease, and keeps its own identity: here the controllers run as `system:kube-scheduler`,
+/// which may hold a Lease and write Events but not watch Deployments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_denied_component_records_it_on_its_lease() {
+    let c = ApiCluster::start(3, ClusterOptions::default()).await.unwrap();
+    let admin = wait_for_store(&c).await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let access = c.control_plane_access(0, shutdown.clone()).await.unwrap();
+    let spec = keelson_component::ComponentSpec { name: "denied-test", user: "system:kube-scheduler", release_on_cancel: true };
+    tokio::spawn(keelson_controllers::run_as(access, spec, shutdown.clone()));
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(admin.clone(), "kube-system");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let found = loop {
+        let all = events.list(&ListParams::default()).await.unwrap().items;
+        if let Some(e) = all.into_iter().find(|e| e.reason.as_deref() == Some("Forbidden") && e.involved_object.name.as_deref() == Some("denied-test")) {
+            break e;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no Forbidden event on the denied-test lease");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(found.type_.as_deref(), Some("Warning"));
+    let message = found.message.unwrap_or_default();
+    assert!(message.contains("system:kube-scheduler") && message.contains("deployments"), "{message}");
+    // It held its lease as itself all along.
+    let lease = Api::<Lease>::namespaced(admin, "kube-system").get("denied-test").await.unwrap();
+    assert!(lease.spec.unwrap().holder_identity.unwrap().starts_with("server-0_"));
+    shutdown.cancel();
+    c.shutdown().await;
+}

@@ -2,6 +2,7 @@
 
 mod cli_admin;
 mod cli_cluster;
+mod cli_hollow;
 mod cli_server;
 mod components;
 
@@ -37,6 +38,8 @@ enum Cmd {
     /// Certificates.
     #[command(subcommand)]
     Certs(CertsCmd),
+    /// Run hollow nodes: Nodes whose pods are reported Running without containers.
+    HollowNodes(cli_hollow::HollowArgs),
 }
 
 #[derive(Subcommand)]
@@ -82,5 +85,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Bench(BenchCmd::Api(args)) => rt.block_on(keelson_bench::run_api_bench(args)),
         Cmd::Token(cmd) => rt.block_on(cli_admin::token(cmd)),
         Cmd::Certs(CertsCmd::Check(args)) => cli_admin::certs_check(args),
+        Cmd::HollowNodes(args) => rt.block_on(cli_hollow::run(args)),
     }
 }

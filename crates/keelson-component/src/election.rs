@@ -166,6 +166,8 @@ pub struct Leadership {
     /// Cancelled when the term ends: lost, stepped down or shut down.
     pub ended: CancellationToken,
     pub identity: String,
+    /// Where the term's work reports requests it was denied.
+    pub denials: std::sync::Arc<crate::denied::DenialReporter>,
 }
 
 impl Leadership {
@@ -336,12 +338,16 @@ impl Elector {
     {
         let timings = self.cfg.timings;
         let recorder = crate::events::EventRecorder::new(self.client.clone(), &self.cfg.component, &self.cfg.identity);
+        let election_denials = crate::denied::DenialReporter::new(recorder.clone(), &self.cfg.component, &self.cfg.namespace, &self.cfg.name);
         loop {
             // Candidate: try every retry period until we hold the lease.
             loop {
                 match self.try_acquire_or_renew().await {
                     Ok(true) => break,
                     Ok(false) => {}
+                    Err(ElectionError::Api { source, .. }) if crate::denied::forbidden(&source).is_some() => {
+                        election_denials.check(&source).await;
+                    }
                     Err(e) => tracing::debug!(error = %e, "leader election round failed"),
                 }
                 tokio::select! {
@@ -367,7 +373,8 @@ impl Elector {
             recorder.lease_event(&self.cfg.namespace, &self.cfg.name, "LeaderElection", &format!("{} became leader", self.cfg.identity)).await;
             // Not a child of `shutdown`: the loop below tells a shutdown from a step-down.
             let ended = CancellationToken::new();
-            let mut term = tokio::spawn(work(Leadership { token, client: fenced, ended: ended.clone(), identity: self.cfg.identity.clone() }));
+            let denials = std::sync::Arc::new(crate::denied::DenialReporter::new(recorder.clone(), &self.cfg.component, &self.cfg.namespace, &self.cfg.name));
+            let mut term = tokio::spawn(work(Leadership { token, client: fenced, ended: ended.clone(), identity: self.cfg.identity.clone(), denials }));
             let mut last_renew = Instant::now();
             let why = loop {
                 tokio::select! {

@@ -11,11 +11,14 @@
 //!   fenced refusal;
 //! - [`events`], [`metrics`]: Events and leader-election metrics as Kubernetes'
 //!   components report them;
+//! - [`denied`]: a denied request is logged and recorded as an Event, never retried
+//!   under another identity;
 //! - [`discovery`]: learning the other servers' API addresses from their identity Leases.
 
 pub mod balancer;
 pub mod client;
 pub mod component;
+pub mod denied;
 pub mod discovery;
 pub mod election;
 pub mod events;

@@ -2,20 +2,37 @@
 //! of `kube-system/kube-controller-manager` runs the controllers, each writing only
 //! through the term's fenced client, so a deposed copy can never change the cluster.
 //!
-//! Controllers live in one folder each; a controller is a pure reconcile over what its
-//! reflectors hold and a thin loop that performs the actions.
+//! Each controller has a folder: a pure `reconcile` (what to do, given the object, what
+//! it owns and the time) and a thin loop performing it. Shared here: [`informers`] (one
+//! reflector per resource for all controllers, feeding their [`work`] queues),
+//! [`expectations`], [`pods`] and [`selector`]. The [`garbage`] collector handles the
+//! ownerReferences of the objects these controllers make.
 
-use keelson_component::{ControlPlaneAccess, Leadership, KUBE_CONTROLLER_MANAGER};
+pub mod deployment;
+pub mod expectations;
+pub mod garbage;
+mod informers;
+pub mod pods;
+pub mod replicaset;
+pub mod selector;
+pub mod work;
+
+use keelson_component::{ComponentSpec, ControlPlaneAccess, Leadership, KUBE_CONTROLLER_MANAGER};
 use tokio_util::sync::CancellationToken;
 
 /// Runs the controller manager component until `shutdown`.
 pub async fn run(access: ControlPlaneAccess, shutdown: CancellationToken) {
-    keelson_component::run_elected(access, KUBE_CONTROLLER_MANAGER, shutdown, lead).await;
+    run_as(access, KUBE_CONTROLLER_MANAGER, shutdown).await;
 }
 
-/// One term as the active controller manager: runs until the term ends.
+/// Runs the controllers under another component identity and Lease (tests of what a
+/// component does when its role does not allow something).
+pub async fn run_as(access: ControlPlaneAccess, spec: ComponentSpec, shutdown: CancellationToken) {
+    keelson_component::run_elected(access, spec, shutdown, lead).await;
+}
+
+/// One term as the active controller manager: every controller runs until it ends.
 async fn lead(term: Leadership) {
-    tracing::info!(token = term.token, "controller manager active");
-    term.ended.cancelled().await;
-    tracing::info!(token = term.token, "controller manager inactive");
+    let span = tracing::info_span!("controller-manager", token = term.token);
+    tracing::Instrument::instrument(informers::run_controllers(term), span).await;
 }

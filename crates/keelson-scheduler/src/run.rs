@@ -8,9 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use keelson_component::events::{EventRecorder, EventType};
+use keelson_component::denied::DenialReporter;
 use keelson_component::{fence, Leadership};
+use kube::Resource;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher};
@@ -57,20 +59,9 @@ fn is_ours_and_pending(pod: &Pod) -> bool {
         && !matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
 }
 
-fn reference(pod: &Pod) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Pod".into()),
-        namespace: pod.metadata.namespace.clone(),
-        name: pod.metadata.name.clone(),
-        uid: pod.metadata.uid.clone(),
-        resource_version: pod.metadata.resource_version.clone(),
-        ..Default::default()
-    }
-}
 
 /// Runs `stream` of a reflector, telling the loop what changed through `on`.
-fn follow<K, F>(api: Api<K>, writer: reflector::store::Writer<K>, tx: mpsc::UnboundedSender<Change>, on: F) -> tokio::task::JoinHandle<()>
+fn follow<K, F>(api: Api<K>, writer: reflector::store::Writer<K>, tx: mpsc::UnboundedSender<Change>, denials: Arc<DenialReporter>, on: F) -> tokio::task::JoinHandle<()>
 where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     F: Fn(watcher::Event<K>) -> Option<Change> + Send + 'static,
@@ -88,7 +79,10 @@ where
                     }
                 }
                 Err(e) => {
-                    tracing::debug!(error = %e, "scheduler watch; retrying");
+                    match keelson_component::denied::forbidden_in_watch(&e) {
+                        Some(m) => denials.report(&m).await,
+                        None => tracing::debug!(error = %e, "scheduler watch; retrying"),
+                    }
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             }
@@ -123,14 +117,14 @@ async fn run(term: Leadership) {
     let (nodes, node_writer) = reflector::store::<Node>();
     let (namespaces, ns_writer) = reflector::store::<Namespace>();
     let tasks = [
-        follow(Api::<Pod>::all(client.clone()), pod_writer, tx.clone(), |ev| match ev {
+        follow(Api::<Pod>::all(client.clone()), pod_writer, tx.clone(), term.denials.clone(), |ev| match ev {
             watcher::Event::Apply(p) | watcher::Event::InitApply(p) => Some(Change::Pod(Arc::new(p))),
             watcher::Event::Delete(p) => Some(Change::PodGone(Arc::new(p))),
             watcher::Event::InitDone => Some(Change::Resync),
             watcher::Event::Init => None,
         }),
-        follow(Api::<Node>::all(client.clone()), node_writer, tx.clone(), |ev| (!matches!(ev, watcher::Event::Init)).then_some(Change::Cluster)),
-        follow(Api::<Namespace>::all(client.clone()), ns_writer, tx.clone(), |ev| (!matches!(ev, watcher::Event::Init)).then_some(Change::Cluster)),
+        follow(Api::<Node>::all(client.clone()), node_writer, tx.clone(), term.denials.clone(), |ev| (!matches!(ev, watcher::Event::Init)).then_some(Change::Cluster)),
+        follow(Api::<Namespace>::all(client.clone()), ns_writer, tx.clone(), term.denials.clone(), |ev| (!matches!(ev, watcher::Event::Init)).then_some(Change::Cluster)),
     ];
     let recorder = EventRecorder::new(client.clone(), crate::SCHEDULER_NAME, &term.identity);
     let mut s = Scheduler {
@@ -275,7 +269,7 @@ impl Scheduler {
                 let mut assumed = (*pod).clone();
                 assumed.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
                 self.assumed.insert(key.clone(), Arc::new(assumed));
-                tokio::spawn(bind(self.term.client.clone(), self.recorder.clone(), pod, node, key, self.tx.clone()).in_current_span());
+                tokio::spawn(bind(self.term.clone(), self.recorder.clone(), pod, node, key, self.tx.clone()).in_current_span());
             }
             Decision::Unschedulable { message, .. } => {
                 tracing::debug!(%message, "unschedulable");
@@ -286,10 +280,10 @@ impl Scheduler {
     }
 }
 
-async fn bind(client: kube::Client, recorder: EventRecorder, pod: Arc<Pod>, node: String, key: PodKey, tx: mpsc::UnboundedSender<Change>) {
+async fn bind(term: Leadership, recorder: EventRecorder, pod: Arc<Pod>, node: String, key: PodKey, tx: mpsc::UnboundedSender<Change>) {
     let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let name = pod.metadata.name.clone().unwrap_or_default();
-    let api: Api<Pod> = Api::namespaced(client, &ns);
+    let api: Api<Pod> = Api::namespaced(term.client.clone(), &ns);
     let binding = json!({
         "apiVersion": "v1", "kind": "Binding",
         "metadata": {"name": name, "namespace": ns, "uid": pod.metadata.uid},
@@ -297,12 +291,15 @@ async fn bind(client: kube::Client, recorder: EventRecorder, pod: Arc<Pod>, node
     });
     let result = match api.create_subresource::<_, serde_json::Value>("binding", &name, &PostParams::default(), &binding).await {
         Ok(_) => {
-            recorder.publish(&reference(&pod), EventType::Normal, "Scheduled", &format!("Successfully assigned {ns}/{name} to {node}")).await;
+            recorder.publish(&pod.object_ref(&()), EventType::Normal, "Scheduled", &format!("Successfully assigned {ns}/{name} to {node}")).await;
             BindResult::Ok
         }
         Err(e) if fence::is_fenced(&e) => BindResult::Fenced,
         Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => BindResult::AlreadyBound,
-        Err(e) => BindResult::Failed(e.to_string()),
+        Err(e) => {
+            term.denials.check(&e).await;
+            BindResult::Failed(e.to_string())
+        }
     };
     let _ = tx.send(Change::Bound { key, result });
 }
@@ -310,7 +307,7 @@ async fn bind(client: kube::Client, recorder: EventRecorder, pod: Arc<Pod>, node
 /// `PodScheduled=False` (reason `Unschedulable`) on the pod, once per new message, and a
 /// `FailedScheduling` Event.
 async fn report_unschedulable(term: Leadership, recorder: EventRecorder, pod: Arc<Pod>, message: String) {
-    recorder.publish(&reference(&pod), EventType::Warning, "FailedScheduling", &message).await;
+    recorder.publish(&pod.object_ref(&()), EventType::Warning, "FailedScheduling", &message).await;
     let current = pod.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
     if current.is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable") && c.message.as_deref() == Some(message.as_str())) {
         return;
@@ -322,6 +319,10 @@ async fn report_unschedulable(term: Leadership, recorder: EventRecorder, pod: Ar
     match api.patch_status(pod.metadata.name.as_deref().unwrap_or(""), &PatchParams::default(), &Patch::Strategic(patch)).await {
         Ok(_) => {}
         Err(e) if fence::is_fenced(&e) => term.step_down(),
-        Err(e) => tracing::debug!(error = %e, "recording PodScheduled=False"),
+        Err(e) => {
+            if !term.denials.check(&e).await {
+                tracing::debug!(error = %e, "recording PodScheduled=False");
+            }
+        }
     }
 }

@@ -55,6 +55,17 @@ pub struct TestCluster {
 
 impl TestCluster {
     pub async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    /// Servers without the scheduler and controller manager (`--no-components`): for
+    /// tests of the API's own output, where controllers acting on what the test creates
+    /// would only add objects to count.
+    pub async fn start_without_components() -> Self {
+        Self::start_with(&["--no-components"]).await
+    }
+
+    async fn start_with(extra_args: &[&str]) -> Self {
         assert!(
             Path::new(KUBECTL).exists(),
             "these tests drive the real kubectl, expected at {KUBECTL} (with versioned binaries in {KUBECTL_VERSIONS_DIR}); install kubectl"
@@ -65,7 +76,7 @@ impl TestCluster {
             dir: tmp.path().join("cluster"),
             binary: PathBuf::from(env!("CARGO_BIN_EXE_keelson")),
             base_port: 0,
-            extra_args: Vec::new(),
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
         };
         let cluster = LocalCluster::start(spec, |m| eprintln!("cluster: {m}")).await.expect("the 3-replica cluster starts");
         let tc = Self { cluster, tmp };

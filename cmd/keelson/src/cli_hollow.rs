@@ -1,0 +1,44 @@
+//! `keelson hollow-nodes`: Nodes without containers, for trying the scheduler and the
+//! controllers (and for benchmarks) without real machines.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+
+#[derive(Args)]
+pub struct HollowArgs {
+    /// Admin kubeconfig (e.g. `keelson up`'s DIR/kubeconfig).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: PathBuf,
+    /// How many nodes.
+    #[arg(long, default_value_t = 3)]
+    count: usize,
+    /// Nodes are named PREFIX-0, PREFIX-1, …
+    #[arg(long, default_value = "hollow")]
+    prefix: String,
+    /// CPUs of each node.
+    #[arg(long, default_value = "4")]
+    cpu: String,
+    /// Memory of each node.
+    #[arg(long, default_value = "16Gi")]
+    memory: String,
+}
+
+pub async fn run(args: HollowArgs) -> anyhow::Result<()> {
+    let kc = kube::config::Kubeconfig::read_from(&args.kubeconfig).with_context(|| format!("reading {}", args.kubeconfig.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?;
+    let client = kube::Client::try_from(config)?;
+    let mut cfg = keelson_agent::hollow::HollowConfig::new(&args.prefix, args.count);
+    cfg.capacity.cpu = args.cpu;
+    cfg.capacity.memory = args.memory;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        stop.cancel();
+    });
+    eprintln!("running {} hollow nodes ({}-0 …); Ctrl-C stops them (the Nodes stay registered)", args.count, args.prefix);
+    keelson_agent::hollow::run(client, cfg, shutdown).await?;
+    Ok(())
+}

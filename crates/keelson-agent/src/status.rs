@@ -1,0 +1,99 @@
+//! What an agent reports, in the kubelet's words: Node conditions, capacity, addresses
+//! and info; a running pod's phase, conditions and container statuses.
+
+use std::net::Ipv4Addr;
+
+use serde_json::{json, Value};
+
+/// The kubelet version a Keelson agent reports.
+pub const AGENT_VERSION: &str = "v1.33.0-keelson";
+
+/// What a node has to offer.
+#[derive(Clone, Debug)]
+pub struct NodeCapacity {
+    pub cpu: String,
+    pub memory: String,
+    pub pods: u32,
+    pub ephemeral_storage: String,
+}
+
+impl Default for NodeCapacity {
+    fn default() -> Self {
+        Self { cpu: "4".into(), memory: "16Gi".into(), pods: 110, ephemeral_storage: "100Gi".into() }
+    }
+}
+
+/// The Node status of a healthy node: Ready and no pressure, as the kubelet words them.
+pub fn node_status(name: &str, address: Ipv4Addr, capacity: &NodeCapacity, now: &str) -> Value {
+    let resources = json!({"cpu": capacity.cpu, "memory": capacity.memory, "pods": capacity.pods.to_string(), "ephemeral-storage": capacity.ephemeral_storage});
+    let condition = |t: &str, s: &str, reason: &str, message: &str| json!({"type": t, "status": s, "reason": reason, "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now});
+    json!({
+        "capacity": resources,
+        "allocatable": resources,
+        "conditions": [
+            condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+            condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+            condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+        ],
+        "addresses": [{"type": "InternalIP", "address": address.to_string()}, {"type": "Hostname", "address": name}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {
+            "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "Keelson hollow node",
+            "containerRuntimeVersion": "hollow://0", "kubeletVersion": AGENT_VERSION, "kubeProxyVersion": "",
+            "operatingSystem": "linux", "architecture": "amd64",
+        },
+    })
+}
+
+/// The status of a pod whose containers all run and are ready.
+pub fn running_pod_status(pod: &k8s_openapi::api::core::v1::Pod, host_ip: Ipv4Addr, pod_ip: Ipv4Addr, now: &str) -> Value {
+    let spec = pod.spec.as_ref();
+    let containers: Vec<Value> = spec
+        .map(|s| s.containers.as_slice())
+        .unwrap_or(&[])
+        .iter()
+        .map(|c| {
+            json!({
+                "name": c.name, "image": c.image, "imageID": "", "ready": true, "started": true, "restartCount": 0,
+                "containerID": format!("hollow://{}", c.name), "state": {"running": {"startedAt": now}},
+            })
+        })
+        .collect();
+    let condition = |t: &str| json!({"type": t, "status": "True", "lastProbeTime": null, "lastTransitionTime": now});
+    json!({
+        "phase": "Running",
+        "hostIP": host_ip.to_string(),
+        "hostIPs": [{"ip": host_ip.to_string()}],
+        "podIP": pod_ip.to_string(),
+        "podIPs": [{"ip": pod_ip.to_string()}],
+        "startTime": now,
+        "conditions": [condition("PodReadyToStartContainers"), condition("Initialized"), condition("Ready"), condition("ContainersReady"), condition("PodScheduled")],
+        "containerStatuses": containers,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_is_ready_without_pressure_and_offers_its_capacity() {
+        let s = node_status("n1", Ipv4Addr::new(192, 0, 2, 1), &NodeCapacity::default(), "2026-01-01T00:00:00Z");
+        let ready = s["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
+        assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("True"), Some("KubeletReady")));
+        assert_eq!(s["allocatable"]["pods"], "110");
+        assert_eq!(s["addresses"][0]["address"], "192.0.2.1");
+        assert_eq!(s["nodeInfo"]["kubeletVersion"], AGENT_VERSION);
+    }
+
+    #[test]
+    fn running_pods_are_ready_with_one_status_per_container() {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]}})).unwrap();
+        let s = running_pod_status(&pod, Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(198, 51, 100, 7), "2026-01-01T00:00:00Z");
+        assert_eq!(s["phase"], "Running");
+        assert_eq!(s["podIP"], "198.51.100.7");
+        assert_eq!(s["containerStatuses"].as_array().unwrap().len(), 2);
+        assert!(s["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+    }
+}

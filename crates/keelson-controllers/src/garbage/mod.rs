@@ -1,0 +1,117 @@
+//! The garbage collector for the workload objects the controller manager reflects: a
+//! sweep every second over the snapshot, decisions by [`reconcile::collect`], and an
+//! executor that checks with live reads before it deletes anything.
+
+pub mod reconcile;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
+use serde_json::json;
+
+use crate::informers::{Ctx, SyncError};
+use reconcile::{collect, GcAction, ObjectKey};
+
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+fn api(ctx: &Ctx, key: &ObjectKey) -> Option<Api<DynamicObject>> {
+    let resource = match key.kind.as_str() {
+        "Deployment" => ApiResource::erase::<Deployment>(&()),
+        "ReplicaSet" => ApiResource::erase::<ReplicaSet>(&()),
+        "Pod" => ApiResource::erase::<Pod>(&()),
+        _ => return None,
+    };
+    Some(Api::namespaced_with(ctx.term.client.clone(), &key.namespace, &resource))
+}
+
+/// Sweeps until the term ends.
+pub(crate) async fn run(ctx: Arc<Ctx>) {
+    loop {
+        tokio::select! {
+            _ = ctx.term.ended.cancelled() => return,
+            _ = tokio::time::sleep(SWEEP_EVERY) => {}
+        }
+        let (deployments, sets, pods) = (ctx.deployments.state(), ctx.replicasets.state(), ctx.pods.state());
+        let mut objects: Vec<(&str, &ObjectMeta)> = Vec::with_capacity(deployments.len() + sets.len() + pods.len());
+        objects.extend(deployments.iter().map(|d| ("Deployment", &d.metadata)));
+        objects.extend(sets.iter().map(|r| ("ReplicaSet", &r.metadata)));
+        objects.extend(pods.iter().map(|p| ("Pod", &p.metadata)));
+        for action in collect(&objects) {
+            let span = tracing::info_span!("reconcile", controller = "garbagecollector", action = ?action);
+            match tracing::Instrument::instrument(execute(&ctx, &action), span).await {
+                Ok(()) => {}
+                Err(SyncError::Fenced) => {
+                    ctx.term.step_down();
+                    return;
+                }
+                Err(e) => tracing::debug!(error = %e, ?action, "garbage collection step failed; the next sweep retries"),
+            }
+        }
+    }
+}
+
+fn not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+async fn execute(ctx: &Ctx, action: &GcAction) -> Result<(), SyncError> {
+    match action {
+        GcAction::DeleteOrphaned { object, owners } => {
+            // The snapshot may lag: an owner counts as gone only if a live read says so.
+            for (owner, uid) in owners {
+                let Some(owners_api) = api(ctx, owner) else { return Ok(()) };
+                match owners_api.get(&owner.name).await {
+                    Ok(o) if o.metadata.uid.as_deref() == Some(uid.as_str()) => return Ok(()),
+                    Ok(_) => {}
+                    Err(e) if not_found(&e) => {}
+                    Err(e) => return Err(SyncError::from_kube(e)),
+                }
+            }
+            delete(ctx, object, DeleteParams::background()).await
+        }
+        GcAction::DeleteForeground { object } => delete(ctx, object, DeleteParams::foreground()).await,
+        GcAction::DropOwners { object, uids } => {
+            let Some(a) = api(ctx, object) else { return Ok(()) };
+            let Some(live) = live(&a, &object.name).await? else { return Ok(()) };
+            let kept: Vec<_> = live.metadata.owner_references.unwrap_or_default().into_iter().filter(|o| !uids.contains(&o.uid)).collect();
+            let kept = if kept.is_empty() { serde_json::Value::Null } else { json!(kept) };
+            let patch = json!({"metadata": {"ownerReferences": kept, "resourceVersion": live.metadata.resource_version}});
+            a.patch(&object.name, &PatchParams::default(), &Patch::Merge(patch)).await.map_err(SyncError::from_kube)?;
+            Ok(())
+        }
+        GcAction::RemoveFinalizer { object, finalizer } => {
+            let Some(a) = api(ctx, object) else { return Ok(()) };
+            let Some(live) = live(&a, &object.name).await? else { return Ok(()) };
+            let kept: Vec<String> = live.metadata.finalizers.unwrap_or_default().into_iter().filter(|f| f != finalizer).collect();
+            let kept = if kept.is_empty() { serde_json::Value::Null } else { json!(kept) };
+            let patch = json!({"metadata": {"finalizers": kept, "resourceVersion": live.metadata.resource_version}});
+            a.patch(&object.name, &PatchParams::default(), &Patch::Merge(patch)).await.map_err(SyncError::from_kube)?;
+            Ok(())
+        }
+    }
+}
+
+/// The object as stored now, or `None` if it is gone.
+async fn live(a: &Api<DynamicObject>, name: &str) -> Result<Option<DynamicObject>, SyncError> {
+    match a.get(name).await {
+        Ok(o) => Ok(Some(o)),
+        Err(e) if not_found(&e) => Ok(None),
+        Err(e) => Err(SyncError::from_kube(e)),
+    }
+}
+
+async fn delete(ctx: &Ctx, object: &ObjectKey, params: DeleteParams) -> Result<(), SyncError> {
+    let Some(a) = api(ctx, object) else { return Ok(()) };
+    match a.delete(&object.name, &params).await {
+        Ok(_) => {
+            tracing::debug!(kind = %object.kind, name = %object.name, "garbage collected");
+            Ok(())
+        }
+        Err(e) if not_found(&e) => Ok(()),
+        Err(e) => Err(SyncError::from_kube(e)),
+    }
+}

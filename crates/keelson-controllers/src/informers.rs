@@ -1,0 +1,187 @@
+//! One reflector per resource, shared by every controller of a term, and the routing of
+//! their events to the controllers' work queues: a pod to the ReplicaSet that controls
+//! it (or, for an orphan, every ReplicaSet of its namespace that might adopt it), a
+//! ReplicaSet to itself and its Deployment, a Deployment to itself.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::Pod;
+use keelson_component::events::EventRecorder;
+use keelson_component::Leadership;
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, watcher};
+use kube::Resource;
+
+use crate::expectations::Expectations;
+use crate::pods::controller_of;
+use crate::work::{work_queue, WorkQueue};
+
+/// A sync failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// A write was fenced: another controller manager holds the lease.
+    #[error("fenced: another controller manager holds the lease")]
+    Fenced,
+    #[error("{0}")]
+    Api(#[from] kube::Error),
+}
+
+impl SyncError {
+    pub fn from_kube(e: kube::Error) -> Self {
+        if keelson_component::fence::is_fenced(&e) {
+            SyncError::Fenced
+        } else {
+            SyncError::Api(e)
+        }
+    }
+}
+
+/// What the controllers of one term share.
+pub struct Ctx {
+    pub term: Leadership,
+    pub pods: Store<Pod>,
+    pub replicasets: Store<ReplicaSet>,
+    pub deployments: Store<Deployment>,
+    pub rs_queue: WorkQueue,
+    pub deployment_queue: WorkQueue,
+    pub expectations: Expectations,
+    pub rs_events: EventRecorder,
+    pub deployment_events: EventRecorder,
+}
+
+pub fn key_of<K: Resource>(o: &K) -> String {
+    format!("{}/{}", o.meta().namespace.as_deref().unwrap_or("default"), o.meta().name.as_deref().unwrap_or(""))
+}
+
+fn reflect<K, F>(api: Api<K>, denials: Arc<keelson_component::denied::DenialReporter>, route: F) -> (Store<K>, tokio::task::JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    F: Fn(&K) + Send + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()));
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o)) => route(&o),
+                Ok(_) => {}
+                Err(e) => {
+                    match keelson_component::denied::forbidden_in_watch(&e) {
+                        Some(m) => denials.report(&m).await,
+                        None => tracing::debug!(error = %e, "controller watch; retrying"),
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    });
+    (store, task)
+}
+
+/// Runs every controller until the term ends.
+pub async fn run_controllers(term: Leadership) {
+    let client = term.client.clone();
+    let (rs_queue, rs_rx) = work_queue();
+    let (deployment_queue, deployment_rx) = work_queue();
+    let (replicasets, rs_task) = {
+        let (rq, dq) = (rs_queue.clone(), deployment_queue.clone());
+        reflect(Api::<ReplicaSet>::all(client.clone()), term.denials.clone(), move |rs: &ReplicaSet| {
+            rq.add(&key_of(rs));
+            if let Some(owner) = controller_of(&rs.metadata).filter(|o| o.kind == "Deployment") {
+                dq.add(&format!("{}/{}", rs.metadata.namespace.as_deref().unwrap_or("default"), owner.name));
+            }
+        })
+    };
+    let (pods, pod_task) = {
+        let rq = rs_queue.clone();
+        let sets = replicasets.clone();
+        reflect(Api::<Pod>::all(client.clone()), term.denials.clone(), move |pod: &Pod| {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+            match controller_of(&pod.metadata) {
+                Some(owner) if owner.kind == "ReplicaSet" => rq.add(&format!("{ns}/{}", owner.name)),
+                Some(_) => {}
+                None => {
+                    for rs in sets.state().iter().filter(|rs| rs.metadata.namespace.as_deref() == Some(ns)) {
+                        rq.add(&key_of(rs.as_ref()));
+                    }
+                }
+            }
+        })
+    };
+    let (deployments, deployment_task) = {
+        let dq = deployment_queue.clone();
+        reflect(Api::<Deployment>::all(client.clone()), term.denials.clone(), move |d: &Deployment| dq.add(&key_of(d)))
+    };
+    let ctx = Arc::new(Ctx {
+        rs_events: EventRecorder::new(client.clone(), "replicaset-controller", &term.identity),
+        deployment_events: EventRecorder::new(client.clone(), "deployment-controller", &term.identity),
+        term: term.clone(),
+        pods,
+        replicasets,
+        deployments,
+        rs_queue,
+        deployment_queue,
+        expectations: Expectations::default(),
+    });
+    tracing::info!("controller manager active");
+    let ready = async {
+        let _ = ctx.pods.wait_until_ready().await;
+        let _ = ctx.replicasets.wait_until_ready().await;
+        let _ = ctx.deployments.wait_until_ready().await;
+    };
+    tokio::select! {
+        _ = term.ended.cancelled() => {}
+        _ = async {
+            ready.await;
+            tokio::join!(
+                crate::replicaset::run(ctx.clone(), rs_rx),
+                crate::deployment::run(ctx.clone(), deployment_rx),
+                crate::garbage::run(ctx.clone()),
+            );
+        } => {}
+    }
+    for t in [rs_task, pod_task, deployment_task] {
+        t.abort();
+    }
+    tracing::info!("controller manager inactive");
+}
+
+/// The shared worker loop: syncs keys until the term ends; a fenced write ends the term,
+/// other failures retry the key after `retry`.
+pub async fn work<F, Fut>(ctx: &Arc<Ctx>, mut rx: crate::work::WorkReceiver, queue: &WorkQueue, name: &'static str, sync: F)
+where
+    F: Fn(Arc<Ctx>, String) -> Fut,
+    Fut: std::future::Future<Output = Result<Option<Duration>, SyncError>>,
+{
+    loop {
+        let key = tokio::select! {
+            _ = ctx.term.ended.cancelled() => return,
+            k = rx.next() => match k { Some(k) => k, None => return },
+        };
+        let span = tracing::info_span!("reconcile", controller = name, object = %key);
+        match tracing::Instrument::instrument(sync(ctx.clone(), key.clone()), span).await {
+            Ok(Some(after)) => queue.add_after(&key, after),
+            Ok(None) => {}
+            Err(SyncError::Fenced) => {
+                tracing::warn!(controller = name, "a write was fenced; stepping down");
+                ctx.term.step_down();
+                return;
+            }
+            Err(e) => {
+                let denied = match &e {
+                    SyncError::Api(api) => ctx.term.denials.check(api).await,
+                    SyncError::Fenced => false,
+                };
+                if !denied {
+                    tracing::info!(controller = name, object = %key, error = %e, "sync failed; retrying");
+                }
+                queue.add_after(&key, Duration::from_secs(1));
+            }
+        }
+    }
+}
