@@ -54,6 +54,8 @@ enum BenchCmd {
     Store(keelson_bench::StoreBenchArgs),
     /// The Kubernetes API: creates, updates, gets, lists and watch fan-out.
     Api(keelson_bench::ApiBenchArgs),
+    /// The scheduler: hollow nodes and a burst of pods, pods/s and create→bind latency.
+    Scheduler(keelson_bench::SchedulerBenchArgs),
 }
 
 fn init_tracing() {
@@ -83,6 +85,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Kv(cmd) => rt.block_on(cli_cluster::kv(cmd)),
         Cmd::Bench(BenchCmd::Store(args)) => rt.block_on(keelson_bench::run_store_bench(args)),
         Cmd::Bench(BenchCmd::Api(args)) => rt.block_on(keelson_bench::run_api_bench(args)),
+        Cmd::Bench(BenchCmd::Scheduler(args)) => rt.block_on(keelson_bench::run_scheduler_bench(args)),
         Cmd::Token(cmd) => rt.block_on(cli_admin::token(cmd)),
         Cmd::Certs(CertsCmd::Check(args)) => cli_admin::certs_check(args),
         Cmd::HollowNodes(args) => rt.block_on(cli_hollow::run(args)),

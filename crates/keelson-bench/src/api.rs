@@ -60,7 +60,7 @@ fn cm(name: &str, v: u64) -> ConfigMap {
         .expect("valid ConfigMap")
 }
 
-async fn clients_from(path: &std::path::Path) -> anyhow::Result<Vec<kube::Client>> {
+pub(crate) async fn clients_from(path: &std::path::Path) -> anyhow::Result<Vec<kube::Client>> {
     let kc = Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
     let mut out = Vec::new();
     for ctx in &kc.contexts {

@@ -1,5 +1,7 @@
 //! `keelson bench api`: the Kubernetes API under load (see [`api`]).
 //!
+//! `keelson bench scheduler`: hollow nodes and a burst of pods (see `scheduler`).
+//!
 //! `keelson bench store`: the same closed-loop load against Keelson and etcd.
 //!
 //! Each phase runs N concurrent clients for a fixed time; every client issues one request
@@ -10,7 +12,9 @@
 mod api;
 mod load;
 mod report;
+mod scheduler;
 
 pub use api::{run_api_bench, ApiBenchArgs};
 pub use load::{run_store_bench, StoreBenchArgs};
 pub use report::{PhaseResult, SystemReport};
+pub use scheduler::{run_scheduler_bench, SchedulerBenchArgs, SchedulerReport};

@@ -20,11 +20,15 @@ pub struct Cycle<'a> {
     pub snapshot: &'a Snapshot,
     /// The pod's requests (PreFilter of NodeResourcesFit).
     pub requests: Resources,
+    /// What InterPodAffinity computes once per cycle (its PreFilter/PreScore state).
+    pub(crate) affinity: std::sync::OnceLock<crate::plugins::pod_affinity::AffinityIndex>,
+    /// Matching pods per topology domain, per spread constraint (PodTopologySpread's).
+    pub(crate) spread: std::sync::OnceLock<Vec<BTreeMap<String, i64>>>,
 }
 
 impl<'a> Cycle<'a> {
     pub fn new(pod: &'a Pod, snapshot: &'a Snapshot) -> Self {
-        Self { pod, snapshot, requests: pod_requests(pod) }
+        Self { pod, snapshot, requests: pod_requests(pod), affinity: Default::default(), spread: Default::default() }
     }
 
     pub fn namespace(&self) -> &str {

@@ -2,12 +2,14 @@
 //! `kube-system/kube-scheduler` is active, and every binding it makes is fenced on that
 //! Lease, so a deposed copy can never bind a pod.
 //!
+//! - [`cache`]: the snapshot kept current from events and assumptions;
 //! - [`framework`]: the cycle for one pod, a pure function of (pod, [`snapshot::Snapshot`]);
 //! - [`plugins`]: Kubernetes' default profile (filters and weighted scores);
 //! - [`queue`]: active / backoff / unschedulable pods;
 //! - [`resources`], [`selectors`]: quantities, requests, label and node selectors;
 //! - `run`: reflectors of pods, nodes and namespaces, the loop, bindings and Events.
 
+pub mod cache;
 pub mod framework;
 pub mod plugins;
 pub mod queue;

@@ -14,33 +14,54 @@ pub const MEMORY: &str = "memory";
 pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 pub const PODS: &str = "pods";
 
-/// The value of a Kubernetes quantity (`100m`, `1.5Gi`, `2e3`), or `None` if malformed.
-pub fn parse_quantity(q: &str) -> Option<f64> {
+/// `q` in thousandths of its unit, exactly (Kubernetes quantities are decimal, so `700m`
+/// is 700, not 700.0000000000001), rounded up; `None` if malformed or out of range.
+pub fn parse_quantity_milli(q: &str) -> Option<i128> {
     let q = q.trim();
     let split = q.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(q.len());
     let (num, suffix) = q.split_at(split);
-    let n: f64 = num.parse().ok()?;
-    let mult = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        s if s.starts_with(['e', 'E']) => 10f64.powi(s[1..].parse().ok()?),
+    let (negative, num) = match num.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, num.strip_prefix('+').unwrap_or(num)),
+    };
+    let (whole, frac) = num.split_once('.').unwrap_or((num, ""));
+    if whole.is_empty() && frac.is_empty() || !whole.chars().chain(frac.chars()).all(|c| c.is_ascii_digit()) || frac.len() > 18 {
+        return None;
+    }
+    let digits: i128 = format!("{whole}{frac}").trim_start_matches('0').parse().unwrap_or(0);
+    // value = digits × 10^(-frac) × multiplier; we want ceil(value × 1000).
+    let (mut num, mut den): (i128, i128) = (digits.checked_mul(1000)?, 10i128.checked_pow(frac.len() as u32)?);
+    let pow10 = |e: i32| -> Option<(i128, i128)> {
+        if e >= 0 {
+            Some((10i128.checked_pow(e as u32)?, 1))
+        } else {
+            Some((1, 10i128.checked_pow((-e) as u32)?))
+        }
+    };
+    let (mn, md) = match suffix {
+        "" => (1, 1),
+        "n" => pow10(-9)?,
+        "u" => pow10(-6)?,
+        "m" => pow10(-3)?,
+        "k" => pow10(3)?,
+        "M" => pow10(6)?,
+        "G" => pow10(9)?,
+        "T" => pow10(12)?,
+        "P" => pow10(15)?,
+        "E" => pow10(18)?,
+        "Ki" => (1 << 10, 1),
+        "Mi" => (1 << 20, 1),
+        "Gi" => (1 << 30, 1),
+        "Ti" => (1 << 40, 1),
+        "Pi" => (1 << 50, 1),
+        "Ei" => (1 << 60, 1),
+        s if s.starts_with(['e', 'E']) => pow10(s[1..].parse().ok()?)?,
         _ => return None,
     };
-    Some(n * mult)
+    num = num.checked_mul(mn)?;
+    den = den.checked_mul(md)?;
+    let v = (num + den - 1) / den;
+    Some(if negative { -(num / den) } else { v })
 }
 
 /// Amounts per resource name: cpu in millicores, others in units (rounded up).
@@ -52,9 +73,9 @@ impl Resources {
     pub fn from_map(m: Option<&BTreeMap<String, Quantity>>) -> Self {
         let mut r = Resources::default();
         for (name, q) in m.into_iter().flatten() {
-            let v = parse_quantity(&q.0).unwrap_or(0.0);
-            let amount = if name == CPU { (v * 1000.0).ceil() } else { v.ceil() };
-            r.0.insert(name.clone(), amount as i64);
+            let milli = parse_quantity_milli(&q.0).unwrap_or(0);
+            let amount = if name == CPU { milli } else { (milli + 999).div_euclid(1000) };
+            r.0.insert(name.clone(), amount.clamp(i64::MIN as i128, i64::MAX as i128) as i64);
         }
         r
     }
@@ -120,15 +141,18 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn quantities() {
-        assert_eq!(parse_quantity("100m"), Some(0.1));
-        assert_eq!(parse_quantity("2"), Some(2.0));
-        assert_eq!(parse_quantity("1.5Gi"), Some(1.5 * 1024.0 * 1024.0 * 1024.0));
-        assert_eq!(parse_quantity("128Mi"), Some(134_217_728.0));
-        assert_eq!(parse_quantity("1k"), Some(1000.0));
-        assert_eq!(parse_quantity("2e3"), Some(2000.0));
-        assert_eq!(parse_quantity("abc"), None);
-        assert_eq!(parse_quantity("1Zi"), None);
+    fn exact_milli_quantities() {
+        assert_eq!(parse_quantity_milli("700m"), Some(700));
+        assert_eq!(parse_quantity_milli("0.3"), Some(300));
+        assert_eq!(parse_quantity_milli("1.5Gi"), Some(1_610_612_736_000));
+        assert_eq!(parse_quantity_milli("100n"), Some(1), "rounded up");
+        assert_eq!(parse_quantity_milli("2e3"), Some(2_000_000));
+        assert_eq!(parse_quantity_milli("1.5.5"), None);
+        assert_eq!(parse_quantity_milli("x"), None);
+        assert_eq!(parse_quantity_milli("1Zi"), None);
+        assert_eq!(parse_quantity_milli("128Mi"), Some(134_217_728_000));
+        let r = Resources::from_map(Some(&[("cpu".to_string(), Quantity("700m".into())), ("memory".to_string(), Quantity("0.5Ki".into()))].into()));
+        assert_eq!((r.get(CPU), r.get(MEMORY)), (700, 512));
     }
 
     fn pod(spec: serde_json::Value) -> Pod {

@@ -23,7 +23,7 @@ use tracing::Instrument;
 
 use crate::framework::{schedule, Decision, Profile};
 use crate::queue::{PodKey, SchedulingQueue};
-use crate::snapshot::Snapshot;
+use crate::cache::SchedulerCache;
 
 /// What the reflectors and bind tasks tell the loop.
 enum Change {
@@ -31,8 +31,14 @@ enum Change {
     Pod(Arc<Pod>),
     /// A pod was deleted.
     PodGone(Arc<Pod>),
-    /// A node or namespace changed: unschedulable pods may fit now.
-    Cluster,
+    /// A node was added or changed.
+    Node(Arc<Node>),
+    /// A node was deleted.
+    NodeGone(String),
+    /// The node watch re-listed: nodes not in the store are gone.
+    NodesResync,
+    /// A namespace changed (namespace selectors of affinity terms).
+    Namespaces,
     /// A watch re-listed: the queue is checked against the store.
     Resync,
     /// A bind ended.
@@ -97,6 +103,8 @@ struct Scheduler {
     nodes: Store<Node>,
     namespaces: Store<Namespace>,
     queue: SchedulingQueue,
+    /// What cycles decide on, kept current from the watches and the assumptions.
+    cache: SchedulerCache,
     /// Pods this scheduler decided to bind, with their node, until the watch shows them bound.
     assumed: HashMap<PodKey, Arc<Pod>>,
     recorder: EventRecorder,
@@ -123,8 +131,13 @@ async fn run(term: Leadership) {
             watcher::Event::InitDone => Some(Change::Resync),
             watcher::Event::Init => None,
         }),
-        follow(Api::<Node>::all(client.clone()), node_writer, tx.clone(), term.denials.clone(), |ev| (!matches!(ev, watcher::Event::Init)).then_some(Change::Cluster)),
-        follow(Api::<Namespace>::all(client.clone()), ns_writer, tx.clone(), term.denials.clone(), |ev| (!matches!(ev, watcher::Event::Init)).then_some(Change::Cluster)),
+        follow(Api::<Node>::all(client.clone()), node_writer, tx.clone(), term.denials.clone(), |ev| match ev {
+            watcher::Event::Apply(n) | watcher::Event::InitApply(n) => Some(Change::Node(Arc::new(n))),
+            watcher::Event::Delete(n) => Some(Change::NodeGone(n.metadata.name.unwrap_or_default())),
+            watcher::Event::InitDone => Some(Change::NodesResync),
+            watcher::Event::Init => None,
+        }),
+        follow(Api::<Namespace>::all(client.clone()), ns_writer, tx.clone(), term.denials.clone(), |ev| (!matches!(ev, watcher::Event::Init)).then_some(Change::Namespaces)),
     ];
     let recorder = EventRecorder::new(client.clone(), crate::SCHEDULER_NAME, &term.identity);
     let mut s = Scheduler {
@@ -134,6 +147,7 @@ async fn run(term: Leadership) {
         nodes,
         namespaces,
         queue: SchedulingQueue::default(),
+        cache: SchedulerCache::default(),
         assumed: HashMap::new(),
         recorder,
         tx,
@@ -184,6 +198,10 @@ impl Scheduler {
         match change {
             Change::Pod(pod) => {
                 let key = key_of(&pod);
+                // An assumed pod keeps its assumed node until the watch shows it bound.
+                if !(self.assumed.contains_key(&key) && is_ours_and_pending(&pod)) {
+                    self.cache.set_pod(pod.clone());
+                }
                 if is_ours_and_pending(&pod) {
                     if !self.assumed.contains_key(&key) {
                         self.queue.add(&key, pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0), now);
@@ -200,12 +218,35 @@ impl Scheduler {
             }
             Change::PodGone(pod) => {
                 let key = key_of(&pod);
+                self.cache.remove_pod(pod.metadata.uid.as_deref().unwrap_or(""));
                 self.queue.remove(&key);
                 self.assumed.remove(&key);
                 self.queue.cluster_changed(now);
             }
-            Change::Cluster => self.queue.cluster_changed(now),
+            Change::Node(node) => {
+                self.cache.set_node(node);
+                self.queue.cluster_changed(now);
+            }
+            Change::NodeGone(name) => self.cache.remove_node(&name),
+            Change::NodesResync => {
+                let known: std::collections::HashSet<String> = self.nodes.state().iter().filter_map(|n| n.metadata.name.clone()).collect();
+                self.cache.retain_nodes(|n| known.contains(n));
+                self.queue.cluster_changed(now);
+            }
+            Change::Namespaces => {
+                let namespaces = self
+                    .namespaces
+                    .state()
+                    .into_iter()
+                    .map(|n| (n.metadata.name.clone().unwrap_or_default(), n.metadata.labels.clone().unwrap_or_default()))
+                    .collect();
+                self.cache.set_namespaces(namespaces);
+                self.queue.cluster_changed(now);
+            }
             Change::Resync => {
+                let present: std::collections::HashSet<String> = self.pods.state().iter().filter_map(|p| p.metadata.uid.clone()).collect();
+                let assumed: std::collections::HashSet<String> = self.assumed.values().filter_map(|p| p.metadata.uid.clone()).collect();
+                self.cache.retain_pods(|u| present.contains(u) || assumed.contains(u));
                 for pod in self.pods.state() {
                     if is_ours_and_pending(&pod) && !self.queue.contains(&key_of(&pod)) && !self.assumed.contains_key(&key_of(&pod)) {
                         self.queue.add(&key_of(&pod), pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0), now);
@@ -216,7 +257,10 @@ impl Scheduler {
             Change::Bound { key, result } => match result {
                 BindResult::Ok => {}
                 BindResult::AlreadyBound => {
-                    self.assumed.remove(&key);
+                    // Bound by someone else: the watch brings where; until then forget ours.
+                    if let Some(p) = self.assumed.remove(&key) {
+                        self.cache.remove_pod(p.metadata.uid.as_deref().unwrap_or(""));
+                    }
                     self.queue.remove(&key);
                 }
                 BindResult::Fenced => {
@@ -225,25 +269,13 @@ impl Scheduler {
                 }
                 BindResult::Failed(why) => {
                     tracing::info!(pod = %key, error = %why, "binding failed; retrying after backoff");
-                    self.assumed.remove(&key);
+                    if let Some(p) = self.assumed.remove(&key) {
+                        self.cache.remove_pod(p.metadata.uid.as_deref().unwrap_or(""));
+                    }
                     self.queue.backoff(&key, now);
                 }
             },
         }
-    }
-
-    fn snapshot(&self) -> Snapshot {
-        let mut pods: HashMap<PodKey, Arc<Pod>> = self.pods.state().into_iter().map(|p| (key_of(&p), p)).collect();
-        for (k, p) in &self.assumed {
-            pods.insert(k.clone(), p.clone());
-        }
-        let namespaces = self
-            .namespaces
-            .state()
-            .into_iter()
-            .map(|n| (n.metadata.name.clone().unwrap_or_default(), n.metadata.labels.clone().unwrap_or_default()))
-            .collect();
-        Snapshot::build(self.nodes.state(), pods.into_values()).with_namespaces(namespaces)
     }
 
     async fn schedule_one(&mut self, key: PodKey) {
@@ -256,19 +288,22 @@ impl Scheduler {
             self.queue.remove(&key);
             return;
         }
-        let snapshot = self.snapshot();
-        let span = tracing::info_span!("schedule", pod = %key, nodes = snapshot.nodes.len());
+        let snapshot = self.cache.snapshot();
+        let nodes = snapshot.nodes.len();
+        let span = tracing::info_span!("schedule", pod = %key, nodes);
         let _enter = span.enter();
-        let decision = schedule(&self.profile, &pod, &snapshot, self.start, rand::random());
-        if !snapshot.nodes.is_empty() {
-            self.start = (self.start + 1) % snapshot.nodes.len();
+        let decision = schedule(&self.profile, &pod, snapshot, self.start, rand::random());
+        if nodes > 0 {
+            self.start = (self.start + 1) % nodes;
         }
         match decision {
             Decision::Bind { node, .. } => {
                 tracing::debug!(%node, "scheduled");
                 let mut assumed = (*pod).clone();
                 assumed.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
-                self.assumed.insert(key.clone(), Arc::new(assumed));
+                let assumed = Arc::new(assumed);
+                self.cache.set_pod(assumed.clone());
+                self.assumed.insert(key.clone(), assumed);
                 tokio::spawn(bind(self.term.clone(), self.recorder.clone(), pod, node, key, self.tx.clone()).in_current_span());
             }
             Decision::Unschedulable { message, .. } => {

@@ -9,6 +9,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 pub type Labels = BTreeMap<String, String>;
 
+/// The labels of an object that has none.
+pub static NO_LABELS: Labels = BTreeMap::new();
+
 /// Whether `labels` match `sel`; an empty selector matches everything.
 pub fn label_selector_matches(sel: &LabelSelector, labels: &Labels) -> bool {
     let by_labels = sel.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
@@ -48,7 +51,7 @@ pub fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
     if exprs.is_empty() && fields.is_empty() {
         return false;
     }
-    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let labels = node.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
     let name = node.metadata.name.clone().unwrap_or_default();
     exprs.iter().all(|r| requirement_matches(r, labels.get(&r.key)))
         && fields.iter().all(|r| r.key == "metadata.name" && requirement_matches(r, Some(&name)))

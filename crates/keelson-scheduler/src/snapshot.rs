@@ -21,24 +21,59 @@ pub struct NodeInfo {
     pub requested: Resources,
     pub allocatable: Resources,
     pub host_ports: Vec<HostPort>,
+    /// Requested cpu (millicores) and memory (bytes), counting pods that request none
+    /// as Kubernetes' scoring does (100m, 200 MB).
+    pub non_zero_requested: (i64, i64),
+}
+
+/// Requests used for scoring a pod that requests nothing (Kubernetes' non-zero defaults).
+pub const DEFAULT_CPU_MILLIS: i64 = 100;
+pub const DEFAULT_MEMORY_BYTES: i64 = 200 * 1024 * 1024;
+
+/// A pod's cpu and memory requests for scoring: Kubernetes' defaults where it has none.
+pub fn non_zero_requests(requests: &Resources) -> (i64, i64) {
+    let or = |v: i64, d: i64| if v == 0 { d } else { v };
+    (or(requests.get(crate::resources::CPU), DEFAULT_CPU_MILLIS), or(requests.get(crate::resources::MEMORY), DEFAULT_MEMORY_BYTES))
 }
 
 impl NodeInfo {
     pub fn new(node: Arc<Node>) -> Self {
         let allocatable = Resources::from_map(node.status.as_ref().and_then(|s| s.allocatable.as_ref()));
         let name = node.metadata.name.clone().unwrap_or_default();
-        Self { name, node, pods: Vec::new(), requested: Resources::default(), allocatable, host_ports: Vec::new() }
+        Self { name, node, pods: Vec::new(), requested: Resources::default(), allocatable, host_ports: Vec::new(), non_zero_requested: (0, 0) }
     }
 
     pub fn add_pod(&mut self, pod: Arc<Pod>) {
-        self.requested.add(&pod_requests(&pod));
+        let requests = pod_requests(&pod);
+        let (cpu, mem) = non_zero_requests(&requests);
+        self.non_zero_requested.0 += cpu;
+        self.non_zero_requested.1 += mem;
+        self.requested.add(&requests);
         *self.requested.0.entry(PODS.into()).or_default() += 1;
         self.host_ports.extend(host_ports(&pod));
         self.pods.push(pod);
     }
 
-    pub fn labels(&self) -> BTreeMap<String, String> {
-        self.node.metadata.labels.clone().unwrap_or_default()
+    /// Removes the pod with `uid`; returns whether it was here.
+    pub fn remove_pod(&mut self, uid: &str) -> bool {
+        let before = self.pods.len();
+        self.pods.retain(|p| p.metadata.uid.as_deref() != Some(uid));
+        if self.pods.len() == before {
+            return false;
+        }
+        let pods = std::mem::take(&mut self.pods);
+        self.requested = Resources::default();
+        self.host_ports.clear();
+        self.non_zero_requested = (0, 0);
+        for p in pods {
+            self.add_pod(p);
+        }
+        true
+    }
+
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        static NONE: BTreeMap<String, String> = BTreeMap::new();
+        self.node.metadata.labels.as_ref().unwrap_or(&NONE)
     }
 }
 
@@ -67,6 +102,20 @@ pub fn occupies_node(pod: &Pod) -> bool {
 pub struct Snapshot {
     pub nodes: Vec<NodeInfo>,
     pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    /// Placed pods with required pod anti-affinity (they may repel the pod being
+    /// scheduled), by node index: few in most clusters, so the check is cheap.
+    pub repelling: Vec<(usize, Arc<Pod>)>,
+    /// On how many nodes each image (as `status.images` names it) is present.
+    pub image_spread: BTreeMap<String, usize>,
+}
+
+pub fn has_required_anti_affinity(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
+        .is_some_and(|t| !t.is_empty())
 }
 
 impl Snapshot {
@@ -76,16 +125,28 @@ impl Snapshot {
         let mut infos: Vec<NodeInfo> = nodes.into_iter().map(NodeInfo::new).collect();
         infos.sort_by(|a, b| a.name.cmp(&b.name));
         let index: BTreeMap<String, usize> = infos.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
+        let mut repelling = Vec::new();
         for pod in pods {
             if !occupies_node(&pod) {
                 continue;
             }
             let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
             if let Some(&i) = index.get(&node) {
+                if has_required_anti_affinity(&pod) {
+                    repelling.push((i, pod.clone()));
+                }
                 infos[i].add_pod(pod);
             }
         }
-        Self { nodes: infos, namespaces: BTreeMap::new() }
+        let mut image_spread: BTreeMap<String, usize> = BTreeMap::new();
+        for n in &infos {
+            for image in n.node.status.as_ref().and_then(|s| s.images.as_ref()).into_iter().flatten() {
+                for name in image.names.iter().flatten() {
+                    *image_spread.entry(crate::plugins::node::normalized_image(name)).or_default() += 1;
+                }
+            }
+        }
+        Self { nodes: infos, namespaces: BTreeMap::new(), repelling, image_spread }
     }
 
     /// With the labels of every namespace.

@@ -3,12 +3,8 @@
 
 use crate::framework::{Cycle, Plugin, MAX_NODE_SCORE};
 use crate::resources::{CPU, MEMORY, PODS};
-use crate::snapshot::NodeInfo;
+use crate::snapshot::{non_zero_requests, NodeInfo};
 
-/// Requests used for scoring a container that requests nothing (Kubernetes' non-zero
-/// defaults): 100 millicores, 200 MB.
-const DEFAULT_CPU_MILLIS: i64 = 100;
-const DEFAULT_MEMORY_BYTES: i64 = 200 * 1024 * 1024;
 
 /// The pod fits the node's `status.allocatable`: every requested resource (extended
 /// ones included) and one more pod.
@@ -44,22 +40,15 @@ impl Plugin for NodeResourcesFit {
 
 /// The share of cpu and memory taken on `node` once the pod is placed (capped at 1).
 fn fractions(cx: &Cycle, node: &NodeInfo) -> (f64, f64) {
-    let share = |name: &str, default: i64| {
+    let (pod_cpu, pod_mem) = non_zero_requests(&cx.requests);
+    let share = |name: &str, on_node: i64, pod: i64| {
         let alloc = node.allocatable.get(name);
         if alloc <= 0 {
             return 1.0;
         }
-        let pod = match cx.requests.get(name) {
-            0 => default,
-            n => n,
-        };
-        let on_node: i64 = node.pods.iter().map(|p| match crate::resources::pod_requests(p).get(name) {
-            0 => default,
-            n => n,
-        }).sum();
         ((on_node + pod) as f64 / alloc as f64).min(1.0)
     };
-    (share(CPU, DEFAULT_CPU_MILLIS), share(MEMORY, DEFAULT_MEMORY_BYTES))
+    (share(CPU, node.non_zero_requested.0, pod_cpu), share(MEMORY, node.non_zero_requested.1, pod_mem))
 }
 
 /// Nodes whose cpu and memory shares stay close to each other score higher.

@@ -152,7 +152,7 @@ const MAX_IMAGE_BYTES_PER_CONTAINER: i64 = 1000 * 1024 * 1024;
 /// how widespread each image is (so pods do not all pile onto one node).
 pub struct ImageLocality;
 
-fn normalized_image(name: &str) -> String {
+pub fn normalized_image(name: &str) -> String {
     let tagged = name.rsplit('/').next().is_some_and(|last| last.contains(':') || last.contains('@'));
     if tagged {
         name.to_string()
@@ -175,7 +175,7 @@ impl Plugin for ImageLocality {
         for c in &spec.containers {
             let image = normalized_image(c.image.as_deref().unwrap_or(""));
             if let Some(size) = has(node, &image) {
-                let spread = cx.snapshot.nodes.iter().filter(|n| has(n, &image).is_some()).count() as i64;
+                let spread = cx.snapshot.image_spread.get(&image).copied().unwrap_or(1) as i64;
                 sum += size * spread / total_nodes;
             }
         }

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 
 use crate::framework::{normalize_by_max, Cycle, Plugin};
 use crate::plugins::node::matches_node_selector;
-use crate::selectors::label_selector_matches;
+use crate::selectors::{label_selector_matches, NO_LABELS};
 use crate::snapshot::NodeInfo;
 
 fn constraints<'a>(cx: &'a Cycle) -> &'a [TopologySpreadConstraint] {
@@ -29,16 +29,21 @@ fn counts(cx: &Cycle, c: &TopologySpreadConstraint) -> BTreeMap<String, i64> {
             .iter()
             .filter(|p| p.metadata.namespace.as_deref().unwrap_or("default") == cx.namespace())
             .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter(|p| c.label_selector.as_ref().is_some_and(|s| label_selector_matches(s, &p.metadata.labels.clone().unwrap_or_default())))
+            .filter(|p| c.label_selector.as_ref().is_some_and(|s| label_selector_matches(s, p.metadata.labels.as_ref().unwrap_or(&NO_LABELS))))
             .count() as i64;
         *out.entry(domain).or_default() += n;
     }
     out
 }
 
+/// The counts of every constraint, computed once per cycle.
+fn cached<'a>(cx: &'a Cycle) -> &'a [BTreeMap<String, i64>] {
+    cx.spread.get_or_init(|| constraints(cx).iter().map(|c| counts(cx, c)).collect())
+}
+
 fn self_match(cx: &Cycle, c: &TopologySpreadConstraint) -> i64 {
-    let labels = cx.pod.metadata.labels.clone().unwrap_or_default();
-    i64::from(c.label_selector.as_ref().is_some_and(|s| label_selector_matches(s, &labels)))
+    let labels = cx.pod.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
+    i64::from(c.label_selector.as_ref().is_some_and(|s| label_selector_matches(s, labels)))
 }
 
 pub struct PodTopologySpread;
@@ -48,11 +53,11 @@ impl Plugin for PodTopologySpread {
         "PodTopologySpread"
     }
     fn filter(&self, cx: &Cycle, node: &NodeInfo) -> Vec<String> {
-        for c in constraints(cx).iter().filter(|c| c.when_unsatisfiable == "DoNotSchedule") {
+        for (i, c) in constraints(cx).iter().enumerate().filter(|(_, c)| c.when_unsatisfiable == "DoNotSchedule") {
             let Some(domain) = node.labels().get(&c.topology_key).cloned() else {
                 return vec!["node(s) didn't match pod topology spread constraints (missing required label)".into()];
             };
-            let counts = counts(cx, c);
+            let counts = &cached(cx)[i];
             let mut min = counts.values().copied().min().unwrap_or(0);
             if (counts.len() as i32) < c.min_domains.unwrap_or(1) {
                 min = 0;
@@ -65,11 +70,12 @@ impl Plugin for PodTopologySpread {
         Vec::new()
     }
     fn score(&self, cx: &Cycle, node: &NodeInfo) -> Option<i64> {
-        let soft: Vec<&TopologySpreadConstraint> = constraints(cx).iter().filter(|c| c.when_unsatisfiable == "ScheduleAnyway").collect();
+        let soft: Vec<(usize, &TopologySpreadConstraint)> = constraints(cx).iter().enumerate().filter(|(_, c)| c.when_unsatisfiable == "ScheduleAnyway").collect();
         if soft.is_empty() {
             return None;
         }
-        Some(soft.iter().map(|c| node.labels().get(&c.topology_key).and_then(|d| counts(cx, c).get(d).copied()).unwrap_or(0)).sum())
+        let all = cached(cx);
+        Some(soft.iter().map(|(i, c)| node.labels().get(&c.topology_key).and_then(|d| all[*i].get(d).copied()).unwrap_or(0)).sum())
     }
     fn normalize(&self, scores: &mut [i64]) {
         normalize_by_max(scores, true);
