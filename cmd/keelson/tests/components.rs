@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
-use cluster_support::{client, server_of, start_short_elections};
+use cluster_support::{client, metrics_page, server_of, start_short_elections};
 use kube::api::{Api, ListParams};
 
 const LEASES: [&str; 2] = ["kube-scheduler", "kube-controller-manager"];
@@ -64,7 +64,7 @@ async fn components_are_elected_and_move_when_their_server_dies_or_stops() {
     // Metrics: exactly one server leads each component.
     let mut leading = 0;
     for s in &cluster.manifest().servers {
-        let page = http_get(&s.metrics_addr).await;
+        let page = metrics_page(&s.metrics_addr).await;
         leading += page.lines().filter(|l| l.starts_with("leader_election_master_status{") && l.ends_with(" 1")).count();
     }
     assert_eq!(leading, 2, "one leader per component across the servers");
@@ -89,13 +89,4 @@ async fn components_are_elected_and_move_when_their_server_dies_or_stops() {
     let log = std::fs::read_to_string(cluster.manifest().servers[stopping].data_dir.join("server.log")).unwrap_or_default();
     assert!(log.contains("released the lease"), "the stopped server did not release its leases");
     cluster.stop(Duration::from_secs(10)).await.unwrap();
-}
-
-async fn http_get(addr: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use cluster_support::{client, server_of, start_short_elections};
+use cluster_support::{client, metrics_page, server_of, start_short_elections};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{json, Value};
 
@@ -128,6 +128,21 @@ async fn scheduler_binds_pods_explains_failures_and_survives_its_server_dying() 
     let leases: Api<Lease> = Api::namespaced(admin.clone(), "kube-system");
     let holder = leases.get("kube-scheduler").await.unwrap().spec.unwrap().holder_identity.unwrap();
     let victim = server_of(&holder).unwrap();
+    // Schedulers count their attempts as kube-scheduler does (summed over the servers, in
+    // case the lease moved during the test).
+    let mut pages = String::new();
+    for s in &cluster.manifest().servers {
+        pages += &metrics_page(&s.metrics_addr).await;
+    }
+    let count = |result: &str| -> f64 {
+        pages
+            .lines()
+            .filter(|l| l.starts_with(&format!("scheduler_schedule_attempts_total{{result=\"{result}\"")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert!(count("scheduled") >= 5.0 && count("unschedulable") >= 1.0, "attempts on the metrics pages:\n{pages}");
+    assert!(pages.contains("scheduler_pending_pods{queue=\"active\"}"), "{pages}");
     let survivor = (victim + 1) % 3;
     let writer = client(&cluster, &format!("keelson-{}", survivor + 1)).await;
     let burst_api: Api<Pod> = Api::namespaced(writer.clone(), "default");

@@ -1,8 +1,9 @@
-//! Leader-election metrics of every component in a process, in Prometheus' text format
-//! (the Prometheus project's `prometheus-client`): whether it leads, how often it came to
-//! lead, how long renewals take.
+//! The metrics of every component in a process, in Prometheus' text format (the
+//! Prometheus project's `prometheus-client`), on one registry: leader election here
+//! (whether it leads, how often it came to lead, how long renewals take); components add
+//! their own with [`ElectionMetrics::register`].
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -20,7 +21,7 @@ struct ComponentLabel {
 /// Shared by the electors of one process; cheap to clone.
 #[derive(Clone)]
 pub struct ElectionMetrics {
-    registry: Arc<Registry>,
+    registry: Arc<Mutex<Registry>>,
     leading: Family<ComponentLabel, Gauge>,
     transitions: Family<ComponentLabel, Counter>,
     renew: Family<ComponentLabel, Histogram>,
@@ -38,7 +39,7 @@ impl Default for ElectionMetrics {
         registry.register("leader_election_master_status", "1 if this instance of the component holds its lease", leading.clone());
         registry.register("leader_election_transitions", "Times this instance of the component came to hold its lease", transitions.clone());
         registry.register("leader_election_renew_duration_seconds", "Time a successful lease renewal took", renew.clone());
-        Self { registry: Arc::new(registry), leading, transitions, renew }
+        Self { registry: Arc::new(Mutex::new(registry)), leading, transitions, renew }
     }
 }
 
@@ -55,11 +56,17 @@ impl ElectionMetrics {
         self.renew.get_or_create(&ComponentLabel { name: component.into() }).observe(took.as_secs_f64());
     }
 
+    /// Adds a component's own metrics to the process's registry (once per process: call
+    /// it when the component starts, not per term).
+    pub fn register(&self, add: impl FnOnce(&mut Registry)) {
+        add(&mut self.registry.lock().expect("metrics lock"));
+    }
+
     /// The text exposition (without the OpenMetrics `# EOF` line, so it can be joined to
     /// other metrics on one page).
     pub fn render(&self) -> String {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode_registry(&mut out, &self.registry).expect("writing to a String cannot fail");
+        prometheus_client::encoding::text::encode_registry(&mut out, &self.registry.lock().expect("metrics lock")).expect("writing to a String cannot fail");
         out
     }
 }

@@ -5,12 +5,14 @@
 //! - [`cache`]: the snapshot kept current from events and assumptions;
 //! - [`framework`]: the cycle for one pod, a pure function of (pod, [`snapshot::Snapshot`]);
 //! - [`plugins`]: Kubernetes' default profile (filters and weighted scores);
+//! - [`metrics`]: attempts, attempt latency and queue lengths, as kube-scheduler's;
 //! - [`queue`]: active / backoff / unschedulable pods;
 //! - [`resources`], [`selectors`]: quantities, requests, label and node selectors;
 //! - `run`: reflectors of pods, nodes and namespaces, the loop, bindings and Events.
 
 pub mod cache;
 pub mod framework;
+pub mod metrics;
 pub mod plugins;
 pub mod queue;
 pub mod resources;
@@ -26,5 +28,8 @@ pub const SCHEDULER_NAME: &str = "default-scheduler";
 
 /// Runs the scheduler component until `shutdown`.
 pub async fn run(access: ControlPlaneAccess, shutdown: CancellationToken) {
-    keelson_component::run_elected(access, KUBE_SCHEDULER, shutdown, run::lead).await;
+    let mut metrics = None;
+    access.metrics.register(|r| metrics = Some(metrics::SchedulerMetrics::new(r)));
+    let metrics = metrics.expect("registered");
+    keelson_component::run_elected(access, KUBE_SCHEDULER, shutdown, move |term| run::lead(term, metrics.clone())).await;
 }

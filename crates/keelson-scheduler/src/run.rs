@@ -24,6 +24,7 @@ use tracing::Instrument;
 use crate::framework::{schedule, Decision, Profile};
 use crate::queue::{PodKey, SchedulingQueue};
 use crate::cache::SchedulerCache;
+use crate::metrics::{AttemptResult, SchedulerMetrics};
 
 /// What the reflectors and bind tasks tell the loop.
 enum Change {
@@ -110,15 +111,16 @@ struct Scheduler {
     recorder: EventRecorder,
     tx: mpsc::UnboundedSender<Change>,
     start: usize,
+    metrics: SchedulerMetrics,
 }
 
 /// One term as the active scheduler.
-pub(crate) async fn lead(term: Leadership) {
+pub(crate) async fn lead(term: Leadership, metrics: SchedulerMetrics) {
     let span = tracing::info_span!("scheduler", token = term.token);
-    run(term).instrument(span).await;
+    run(term, metrics).instrument(span).await;
 }
 
-async fn run(term: Leadership) {
+async fn run(term: Leadership, metrics: SchedulerMetrics) {
     let client = term.client.clone();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (pods, pod_writer) = reflector::store::<Pod>();
@@ -152,6 +154,7 @@ async fn run(term: Leadership) {
         recorder,
         tx,
         start: 0,
+        metrics,
     };
     tracing::info!("scheduler active");
     let ready = async {
@@ -179,8 +182,10 @@ impl Scheduler {
             }
             if let Some(key) = self.queue.pop(Instant::now()) {
                 self.schedule_one(key).await;
+                self.metrics.queues(self.queue.lengths());
                 continue;
             }
+            self.metrics.queues(self.queue.lengths());
             let wake = self.queue.next_ready().unwrap_or_else(|| Instant::now() + Duration::from_secs(30));
             tokio::select! {
                 _ = self.term.ended.cancelled() => return,
@@ -268,6 +273,7 @@ impl Scheduler {
                     self.term.step_down();
                 }
                 BindResult::Failed(why) => {
+                    self.metrics.attempt(AttemptResult::Error, Duration::ZERO);
                     tracing::info!(pod = %key, error = %why, "binding failed; retrying after backoff");
                     if let Some(p) = self.assumed.remove(&key) {
                         self.cache.remove_pod(p.metadata.uid.as_deref().unwrap_or(""));
@@ -292,7 +298,10 @@ impl Scheduler {
         let nodes = snapshot.nodes.len();
         let span = tracing::info_span!("schedule", pod = %key, nodes);
         let _enter = span.enter();
+        let started = std::time::Instant::now();
         let decision = schedule(&self.profile, &pod, snapshot, self.start, rand::random());
+        let result = if matches!(decision, Decision::Bind { .. }) { AttemptResult::Scheduled } else { AttemptResult::Unschedulable };
+        self.metrics.attempt(result, started.elapsed());
         if nodes > 0 {
             self.start = (self.start + 1) % nodes;
         }

@@ -1,6 +1,8 @@
 //! Shared by the multi-process tests of the control-plane components: a 3-server
 //! cluster of the real binary with short leader-election timings, and kube clients to
-//! one server each.
+//! one server each, and their metrics pages.
+
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -34,4 +36,14 @@ pub async fn client(cluster: &LocalCluster, context: &str) -> kube::Client {
 /// The server index (0-based) of a holder identity `keelson-N_<uuid>`.
 pub fn server_of(holder: &str) -> Option<usize> {
     holder.split_once('_')?.0.strip_prefix("keelson-")?.parse::<usize>().ok().map(|n| n - 1)
+}
+
+/// The Prometheus page a server serves at `addr` (`--metrics-addr`).
+pub async fn metrics_page(addr: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
 }

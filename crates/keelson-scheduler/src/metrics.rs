@@ -1,0 +1,94 @@
+//! The scheduler's metrics, named as kube-scheduler names them: attempts by result, how
+//! long an attempt took, and the pods waiting in each queue.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::queue::Lengths;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Attempt {
+    result: &'static str,
+    profile: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Queue {
+    queue: &'static str,
+}
+
+/// What a scheduling attempt came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttemptResult {
+    Scheduled,
+    Unschedulable,
+    Error,
+}
+
+impl AttemptResult {
+    fn label(self) -> &'static str {
+        match self {
+            AttemptResult::Scheduled => "scheduled",
+            AttemptResult::Unschedulable => "unschedulable",
+            AttemptResult::Error => "error",
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct SchedulerMetrics {
+    attempts: Family<Attempt, Counter>,
+    duration: Family<Attempt, Histogram>,
+    pending: Family<Queue, Gauge>,
+}
+
+impl SchedulerMetrics {
+    /// Creates the metrics and adds them to `registry`.
+    pub fn new(registry: &mut Registry) -> Self {
+        let attempts = Family::<Attempt, Counter>::default();
+        // kube-scheduler's buckets: 1 ms doubling, 15 of them.
+        let duration = Family::<Attempt, Histogram>::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 15)));
+        let pending = Family::<Queue, Gauge>::default();
+        registry.register("scheduler_schedule_attempts", "Attempts to schedule pods, by result", attempts.clone());
+        registry.register("scheduler_scheduling_attempt_duration_seconds", "Scheduling attempt latency (algorithm and binding decision)", duration.clone());
+        registry.register("scheduler_pending_pods", "Pending pods, by queue", pending.clone());
+        Self { attempts, duration, pending }
+    }
+
+    pub fn attempt(&self, result: AttemptResult, took: Duration) {
+        let label = Attempt { result: result.label(), profile: crate::SCHEDULER_NAME };
+        self.attempts.get_or_create(&label).inc();
+        self.duration.get_or_create(&label).observe(took.as_secs_f64());
+    }
+
+    pub fn queues(&self, l: Lengths) {
+        for (queue, n) in [("active", l.active), ("backoff", l.backoff), ("unschedulable", l.unschedulable)] {
+            self.pending.get_or_create(&Queue { queue }).set(n as i64);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposes_kube_scheduler_names() {
+        let mut registry = Registry::default();
+        let m = SchedulerMetrics::new(&mut registry);
+        m.attempt(AttemptResult::Scheduled, Duration::from_millis(3));
+        m.attempt(AttemptResult::Unschedulable, Duration::from_millis(1));
+        m.queues(Lengths { active: 2, backoff: 1, unschedulable: 4 });
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains(r#"scheduler_schedule_attempts_total{result="scheduled",profile="default-scheduler"} 1"#), "{text}");
+        assert!(text.contains(r#"scheduler_scheduling_attempt_duration_seconds_count{result="unschedulable",profile="default-scheduler"} 1"#), "{text}");
+        assert!(text.contains(r#"scheduler_pending_pods{queue="unschedulable"} 4"#), "{text}");
+    }
+}
