@@ -124,19 +124,21 @@ pub struct ApiReport {
     pub watch_received_events: u64,
 }
 
+/// The cluster a bench drives: the one `kubeconfig` names, or a 3-server cluster of this
+/// binary started in `tmp` (returned, for the bench to stop).
+pub(crate) async fn bench_cluster(kubeconfig: Option<&PathBuf>, tmp: &std::path::Path) -> anyhow::Result<(PathBuf, Option<LocalCluster>)> {
+    if let Some(k) = kubeconfig {
+        return Ok((k.clone(), None));
+    }
+    let spec = LocalClusterSpec { servers: 3, dir: tmp.join("keelson"), binary: std::env::current_exe()?, base_port: 0, extra_args: vec![] };
+    let c = LocalCluster::start(spec, |m| eprintln!("bench: keelson: {m}")).await?;
+    c.wait_api(Duration::from_secs(60)).await?;
+    Ok((c.kubeconfig_path(), Some(c)))
+}
+
 pub async fn run_api_bench(args: ApiBenchArgs) -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
-    let mut cluster = None;
-    let kubeconfig = match &args.kubeconfig {
-        Some(k) => k.clone(),
-        None => {
-            let spec = LocalClusterSpec { servers: 3, dir: tmp.path().join("keelson"), binary: std::env::current_exe()?, base_port: 0, extra_args: vec![] };
-            let c = LocalCluster::start(spec, |m| eprintln!("bench: keelson: {m}")).await?;
-            let k = c.kubeconfig_path();
-            cluster = Some(c);
-            k
-        }
-    };
+    let (kubeconfig, cluster) = bench_cluster(args.kubeconfig.as_ref(), tmp.path()).await?;
     let clients = clients_from(&kubeconfig).await?;
     let apis: Vec<Api<ConfigMap>> = clients.iter().map(|c| Api::namespaced(c.clone(), NS)).collect();
     let report = bench(&args, &apis).await;

@@ -15,7 +15,6 @@ use anyhow::{bail, Context};
 use clap::Args;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use keelson_localcluster::{LocalCluster, LocalClusterSpec};
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::watcher::{self, watcher};
 use serde_json::json;
@@ -86,18 +85,7 @@ pub fn percentile(v: &[f64], p: f64) -> f64 {
 
 pub async fn run_scheduler_bench(args: SchedulerBenchArgs) -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
-    let mut cluster = None;
-    let kubeconfig = match &args.kubeconfig {
-        Some(k) => k.clone(),
-        None => {
-            let spec = LocalClusterSpec { servers: 3, dir: tmp.path().join("keelson"), binary: std::env::current_exe()?, base_port: 0, extra_args: vec![] };
-            let c = LocalCluster::start(spec, |m| eprintln!("bench: keelson: {m}")).await?;
-            c.wait_api(Duration::from_secs(60)).await?;
-            let k = c.kubeconfig_path();
-            cluster = Some(c);
-            k
-        }
-    };
+    let (kubeconfig, cluster) = crate::api::bench_cluster(args.kubeconfig.as_ref(), tmp.path()).await?;
     let clients = crate::api::clients_from(&kubeconfig).await?;
     let report = bench(&args, &clients).await;
     if let Some(c) = cluster {
