@@ -152,19 +152,34 @@ type Log = Arc<Mutex<Vec<Write>>>;
 /// A contender's work while it leads: fenced creates, one after another, each awaited to
 /// its end even after the term ended (as a process that does not notice it was paused).
 async fn append_while_leading(who: &'static str, term: keelson_component::Leadership, log: Log) {
+    append(who, term, log, None).await
+}
+
+/// Like [`append_while_leading`]; then, once `late` is notified, one more write with the
+/// term's client, as a process that did not notice it lost the lease.
+async fn append(who: &'static str, term: keelson_component::Leadership, log: Log, late: Option<Arc<tokio::sync::Notify>>) {
     let cms: Api<ConfigMap> = Api::namespaced(term.client.clone(), "default");
     let mut seq = 0;
+    let write = |seq: u32| {
+        let (cms, log, name) = (cms.clone(), log.clone(), format!("{who}-{}-{seq}", term.token));
+        async move {
+            let r = cms.create(&PostParams::default(), &cm(&name, term.token)).await;
+            let fenced = matches!(&r, Err(e) if fence::is_fenced(e));
+            log.lock().unwrap().push(Write { name, token: term.token, outcome: r.map(|o| rv(&o)).map_err(|e| e.to_string()) });
+            fenced
+        }
+    };
     while !term.ended.is_cancelled() {
-        let name = format!("{who}-{}-{seq}", term.token);
-        seq += 1;
-        let r = cms.create(&PostParams::default(), &cm(&name, term.token)).await;
-        let fenced = matches!(&r, Err(e) if fence::is_fenced(e));
-        log.lock().unwrap().push(Write { name, token: term.token, outcome: r.map(|o| rv(&o)).map_err(|e| e.to_string()) });
-        if fenced {
+        if write(seq).await {
             term.step_down();
             return;
         }
+        seq += 1;
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if let Some(late) = late {
+        late.notified().await;
+        write(seq).await;
     }
 }
 
@@ -192,7 +207,9 @@ async fn a_paused_holder_resumed_after_a_takeover_writes_nothing() {
     let elector_a = Elector::new(client_a, config_a, election("a"), Default::default()).unwrap();
     let mut status_a = elector_a.status();
     let log_a = log.clone();
-    tokio::spawn(elector_a.run(shutdown.clone(), move |t| append_while_leading("a", t, log_a.clone())));
+    let late = Arc::new(tokio::sync::Notify::new());
+    let late_a = late.clone();
+    tokio::spawn(elector_a.run(shutdown.clone(), move |t| append("a", t, log_a.clone(), Some(late_a.clone()))));
     status_a.wait_for(|s| s.leading).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
 
@@ -210,6 +227,8 @@ async fn a_paused_holder_resumed_after_a_takeover_writes_nothing() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     proxy.resume();
+    // Whatever A had in flight arrives now; and A, unaware, writes once more.
+    late.notify_one();
     // A's held write arrives late and must be refused.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let a_refused = || log.lock().unwrap().iter().any(|w| w.name.starts_with("a-") && w.outcome.as_ref().is_err_and(|e| e.contains("fenced")));
