@@ -27,6 +27,22 @@ async fn kube_run(workload: Workload, family: NemesisFamily, seed: u64, min_ok: 
 }
 
 #[allow(clippy::await_holding_lock)] // one run at a time, across test threads
+/// One line of counts per run (and `extra`, then the summary), for the test log.
+fn print_verdict(what: &str, started: std::time::Instant, verdict: &RunVerdict, extra: &str) {
+    eprintln!(
+        "{what} ({:.1}s): valid={} ops={} ok={} fail={} info={} faults={} availability={:?}\n{extra}{}",
+        started.elapsed().as_secs_f64(),
+        verdict.valid,
+        verdict.invoked,
+        verdict.ok,
+        verdict.fail,
+        verdict.info,
+        verdict.faults,
+        verdict.availability_during_faults,
+        verdict.summary
+    );
+}
+
 async fn kube_run_with(workload: Workload, family: NemesisFamily, interval: Duration, seed: u64, min_ok: usize) -> RunVerdict {
     let _turn = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().expect("tmp").keep();
@@ -45,18 +61,7 @@ async fn kube_run_with(workload: Workload, family: NemesisFamily, interval: Dura
     };
     let started = std::time::Instant::now();
     let verdict = run(opts).await.expect("the run itself must complete");
-    eprintln!(
-        "{workload:?} under {family:?} ({:.1}s): valid={} ops={} ok={} fail={} info={} faults={} availability={:?}\n{}",
-        started.elapsed().as_secs_f64(),
-        verdict.valid,
-        verdict.invoked,
-        verdict.ok,
-        verdict.fail,
-        verdict.info,
-        verdict.faults,
-        verdict.availability_during_faults,
-        verdict.summary
-    );
+    print_verdict(&format!("{workload:?} under {family:?}"), started, &verdict, "");
     assert!(verdict.valid, "anomaly found by {workload:?} under {family:?}; artifacts in {}", dir.display());
     assert!(verdict.faults > 0, "no fault was injected");
     assert!(verdict.ok >= min_ok, "too few successful operations to mean anything: {} < {min_ok}", verdict.ok);
@@ -173,20 +178,7 @@ async fn lease_run(family: NemesisFamily, seed: u64, failover: bool) -> (RunVerd
     let started = std::time::Instant::now();
     let verdict = run(opts).await.expect("the run itself must complete");
     let f = verdict.failover.clone().expect("lease runs report failover figures");
-    eprintln!(
-        "Lease under {family:?} ({:.1}s): valid={} writes={} ok={} fail={} info={} faults={} availability={:?}\nfailover: p50={:?} ms max={:?} ms ({f})\n{}",
-        started.elapsed().as_secs_f64(),
-        verdict.valid,
-        verdict.invoked,
-        verdict.ok,
-        verdict.fail,
-        verdict.info,
-        verdict.faults,
-        verdict.availability_during_faults,
-        f.p50_ms(),
-        f.max_ms(),
-        verdict.summary
-    );
+    print_verdict(&format!("Lease under {family:?}"), started, &verdict, &format!("failover: p50={:?} ms max={:?} ms ({f})\n", f.p50_ms(), f.max_ms()));
     assert!(verdict.valid, "anomaly found by the lease workload under {family:?}; artifacts in {}", dir.display());
     assert!(verdict.faults > 0, "no fault was injected");
     assert!(verdict.ok >= 50, "too few acknowledged writes to mean anything: {}", verdict.ok);
