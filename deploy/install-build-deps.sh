@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Keelson builds and tests with, when they are missing:
 # RocksDB, clang (bindgen) and protoc to build; iproute2 and nftables for the chaos
-# harness (network namespaces and partitions; its tests need root anyway).
+# harness (network namespaces and partitions; its tests need root anyway); containerd,
+# runc, the CNI plugins, busybox-static (the built-in images) and curl for real nodes.
 # Needs root to install; without root it says what is missing and fails only if the
 # build itself cannot work.
 set -euo pipefail
@@ -12,6 +13,11 @@ dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 command -v ip >/dev/null 2>&1 || optional+=(iproute2)
 command -v nft >/dev/null 2>&1 || optional+=(nftables)
+command -v containerd >/dev/null 2>&1 || optional+=(containerd)
+command -v runc >/dev/null 2>&1 || optional+=(runc)
+[ -x /usr/lib/cni/bridge ] || optional+=(containernetworking-plugins)
+[ -x /bin/busybox ] || optional+=(busybox-static)
+command -v curl >/dev/null 2>&1 || optional+=(curl)
 for extra in "$@"; do
   dpkg -s "$extra" >/dev/null 2>&1 || need+=("$extra")
 done

@@ -1,6 +1,7 @@
 //! `keelson`: wires the crates into subcommands. No logic of its own lives here.
 
 mod cli_admin;
+mod cli_agent;
 mod cli_cluster;
 mod cli_hollow;
 mod cli_server;
@@ -40,6 +41,11 @@ enum Cmd {
     Certs(CertsCmd),
     /// Run hollow nodes: Nodes whose pods are reported Running without containers.
     HollowNodes(cli_hollow::HollowArgs),
+    /// Run a node: join the cluster, start its containerd and run the pods bound to it.
+    Agent(cli_agent::AgentArgs),
+    /// Build and import container images without a registry.
+    #[command(subcommand)]
+    Image(cli_agent::ImageCmd),
 }
 
 #[derive(Subcommand)]
@@ -89,5 +95,10 @@ fn main() -> anyhow::Result<()> {
         Cmd::Token(cmd) => rt.block_on(cli_admin::token(cmd)),
         Cmd::Certs(CertsCmd::Check(args)) => cli_admin::certs_check(args),
         Cmd::HollowNodes(args) => rt.block_on(cli_hollow::run(args)),
+        Cmd::Agent(args) => {
+            init_tracing();
+            rt.block_on(cli_agent::agent(args))
+        }
+        Cmd::Image(cmd) => rt.block_on(cli_agent::image(cmd)),
     }
 }

@@ -1,10 +1,21 @@
 //! The node agent, as Kubernetes' kubelet: it registers its Node, heartbeats its Lease in
-//! `kube-node-lease`, and reports the pods bound to it.
+//! `kube-node-lease`, runs the pods bound to it and reports their state.
 //!
+//! - [`agent`]: the real agent — its Node and Lease, and one [`pod::worker`] per pod;
+//! - [`runtime`]: the container runtime it drives (CRI on containerd);
+//! - [`pod`]: what to do for one pod (pure), and doing it;
+//! - [`containerd`], [`cni`], [`images`]: the node's own containerd, pod network and
+//!   offline images;
 //! - [`status`]: the Node and pod status an agent reports (pure);
 //! - [`hollow`]: hollow nodes (as kubemark's): Nodes with capacity and heartbeats whose
-//!   bound pods are reported Running and Ready without containers, so tests and
-//!   benchmarks can run thousands of nodes on one machine.
+//!   bound pods are reported Running and Ready without containers (simulated), so tests
+//!   and benchmarks can run thousands of nodes on one machine.
 
+pub mod agent;
+pub mod cni;
+pub mod containerd;
 pub mod hollow;
+pub mod images;
+pub mod pod;
+pub mod runtime;
 pub mod status;

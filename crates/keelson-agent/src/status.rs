@@ -23,26 +23,89 @@ impl Default for NodeCapacity {
     }
 }
 
+/// What a node reports about itself besides its conditions.
+#[derive(Clone, Debug)]
+pub struct NodeFacts {
+    pub name: String,
+    pub address: Ipv4Addr,
+    pub capacity: NodeCapacity,
+    pub machine_id: String,
+    pub boot_id: String,
+    pub kernel_version: String,
+    pub os_image: String,
+    pub runtime_version: String,
+    pub kubelet_port: u16,
+    /// Images present: (names, size in bytes).
+    pub images: Vec<(Vec<String>, u64)>,
+}
+
+impl NodeFacts {
+    /// A hollow node's facts: no machine behind it.
+    pub fn hollow(name: &str, address: Ipv4Addr, capacity: &NodeCapacity) -> Self {
+        Self {
+            name: name.into(),
+            address,
+            capacity: capacity.clone(),
+            machine_id: String::new(),
+            boot_id: String::new(),
+            kernel_version: String::new(),
+            os_image: "Keelson hollow node".into(),
+            runtime_version: "hollow://0".into(),
+            kubelet_port: 10250,
+            images: Vec::new(),
+        }
+    }
+}
+
+/// The node's health as its agent sees it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeHealth {
+    /// Why the node is not ready (the runtime is down, the network is not configured).
+    pub not_ready: Option<String>,
+    pub memory_pressure: bool,
+    pub disk_pressure: bool,
+    pub pid_pressure: bool,
+}
+
 /// The Node status of a healthy node: Ready and no pressure, as the kubelet words them.
 pub fn node_status(name: &str, address: Ipv4Addr, capacity: &NodeCapacity, now: &str) -> Value {
+    node_status_of(&NodeFacts::hollow(name, address, capacity), &NodeHealth::default(), now)
+}
+
+/// The Node status from the node's facts and health, in the kubelet's words.
+pub fn node_status_of(f: &NodeFacts, health: &NodeHealth, now: &str) -> Value {
+    let capacity = &f.capacity;
     let resources = json!({"cpu": capacity.cpu, "memory": capacity.memory, "pods": capacity.pods.to_string(), "ephemeral-storage": capacity.ephemeral_storage});
     let condition = |t: &str, s: &str, reason: &str, message: &str| json!({"type": t, "status": s, "reason": reason, "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now});
+    let pressure = |t: &str, on: bool, yes: (&str, &str), no: (&str, &str)| {
+        if on {
+            condition(t, "True", yes.0, yes.1)
+        } else {
+            condition(t, "False", no.0, no.1)
+        }
+    };
+    let ready = match &health.not_ready {
+        None => condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+        Some(why) => condition("Ready", "False", "KubeletNotReady", why),
+    };
+    let images: Vec<Value> = f.images.iter().map(|(names, size)| json!({"names": names, "sizeBytes": size})).collect();
     json!({
         "capacity": resources,
         "allocatable": resources,
         "conditions": [
-            condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-            condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-            condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-            condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+            pressure("MemoryPressure", health.memory_pressure, ("KubeletHasInsufficientMemory", "kubelet has insufficient memory available"), ("KubeletHasSufficientMemory", "kubelet has sufficient memory available")),
+            pressure("DiskPressure", health.disk_pressure, ("KubeletHasDiskPressure", "kubelet has disk pressure"), ("KubeletHasNoDiskPressure", "kubelet has no disk pressure")),
+            pressure("PIDPressure", health.pid_pressure, ("KubeletHasInsufficientPID", "kubelet has insufficient PID available"), ("KubeletHasSufficientPID", "kubelet has sufficient PID available")),
+            ready,
         ],
-        "addresses": [{"type": "InternalIP", "address": address.to_string()}, {"type": "Hostname", "address": name}],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "addresses": [{"type": "InternalIP", "address": f.address.to_string()}, {"type": "Hostname", "address": f.name}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": f.kubelet_port}},
         "nodeInfo": {
-            "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "Keelson hollow node",
-            "containerRuntimeVersion": "hollow://0", "kubeletVersion": AGENT_VERSION, "kubeProxyVersion": "",
+            "machineID": f.machine_id, "systemUUID": f.machine_id, "bootID": f.boot_id, "kernelVersion": f.kernel_version, "osImage": f.os_image,
+            "containerRuntimeVersion": f.runtime_version, "kubeletVersion": AGENT_VERSION, "kubeProxyVersion": "",
             "operatingSystem": "linux", "architecture": "amd64",
         },
+        "images": images,
     })
 }
 

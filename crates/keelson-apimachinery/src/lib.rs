@@ -3,6 +3,7 @@
 //! - [`labels`]: label selectors (equality- and set-based), parse and match;
 //! - [`fields`]: field selectors, parse and match against an object;
 //! - [`patch`]: JSON patch (RFC 6902), JSON merge patch (RFC 7386), strategic merge patch;
+//! - [`quantity`]: resource quantities, exactly;
 //! - [`table`]: `meta.k8s.io/v1 Table` columns and rows per resource.
 //!
 //! Architecture invariant: nothing here does I/O or knows about the store.
@@ -10,4 +11,5 @@
 pub mod fields;
 pub mod labels;
 pub mod patch;
+pub mod quantity;
 pub mod table;

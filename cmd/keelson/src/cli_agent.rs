@@ -1,0 +1,226 @@
+//! `keelson agent` (a node: its containerd, its pods) and `keelson image` (offline images).
+
+use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use keelson_agent::agent::AgentConfig;
+use keelson_agent::containerd::{Containerd, ContainerdLayout};
+use keelson_agent::images;
+use keelson_agent::runtime::cri::CriRuntime;
+
+#[derive(Args)]
+pub struct AgentArgs {
+    /// An API server URL (`https://HOST:PORT`); repeat for each server to fail over between.
+    #[arg(long = "server", required = true)]
+    servers: Vec<String>,
+    /// A node join token (`keelson token create --usage node`); needed the first time only.
+    #[arg(long, env = "KEELSON_TOKEN")]
+    token: Option<String>,
+    /// Where the node keeps its credentials, containerd, volumes, logs and images.
+    #[arg(long, default_value = "keelson-node")]
+    data_dir: PathBuf,
+    /// The Node's name (default: the host name).
+    #[arg(long)]
+    name: Option<String>,
+    /// The node's InternalIP (default: the address it reaches the first server from).
+    #[arg(long)]
+    node_ip: Option<Ipv4Addr>,
+    /// Pod addresses when the controller manager gives this node no podCIDR.
+    #[arg(long)]
+    pod_cidr: Option<String>,
+    /// The containerd binary the agent starts for this node.
+    #[arg(long, default_value = "containerd")]
+    containerd: String,
+    /// Use an already running containerd at this CRI socket instead of starting one.
+    #[arg(long)]
+    containerd_socket: Option<PathBuf>,
+    /// Static busybox the built-in images are made from.
+    #[arg(long, default_value = "/bin/busybox")]
+    busybox: PathBuf,
+    #[arg(long, default_value_t = 110)]
+    max_pods: u32,
+    /// Cluster DNS servers given to pods.
+    #[arg(long = "cluster-dns")]
+    cluster_dns: Vec<String>,
+    /// Node status and Lease renewal period.
+    #[arg(long, default_value = "10s", value_parser = humantime_secs)]
+    heartbeat: Duration,
+    /// Do not add routes to other nodes' podCIDRs.
+    #[arg(long)]
+    no_routes: bool,
+    /// Stop every pod when the agent stops, as a machine powering off would.
+    #[arg(long)]
+    stop_pods_on_exit: bool,
+}
+
+fn humantime_secs(s: &str) -> Result<Duration, String> {
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = n.parse().map_err(|_| format!("{s:?} is not a duration like 10s or 500ms"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" | "" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!("{s:?} is not a duration like 10s or 500ms")),
+    }
+}
+
+fn host_port(url: &str) -> anyhow::Result<SocketAddr> {
+    let rest = url.strip_prefix("https://").with_context(|| format!("--server {url}: expected https://HOST:PORT"))?;
+    let hp = rest.split('/').next().unwrap_or(rest);
+    hp.to_socket_addrs().with_context(|| format!("--server {url}"))?.next().with_context(|| format!("--server {url}: no address"))
+}
+
+/// The local address used to reach `server` (the node's InternalIP by default).
+fn local_ip_towards(server: SocketAddr) -> anyhow::Result<Ipv4Addr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0")?;
+    s.connect(server)?;
+    match s.local_addr()?.ip() {
+        std::net::IpAddr::V4(ip) => Ok(ip),
+        other => bail!("the route to {server} leaves from {other}, not IPv4; set --node-ip"),
+    }
+}
+
+/// The node's client certificate: from an earlier join, else by joining with the token.
+async fn credentials(args: &AgentArgs, name: &str) -> anyhow::Result<(String, keelson_pki::IssuedCert)> {
+    let pki = args.data_dir.join("pki");
+    let (ca, crt, key) = (pki.join("ca.crt"), pki.join("node.crt"), pki.join("node.key"));
+    if crt.exists() && key.exists() && ca.exists() {
+        let cert = keelson_pki::IssuedCert { cert_pem: std::fs::read_to_string(&crt)?, key_pem: std::fs::read_to_string(&key)? };
+        return Ok((std::fs::read_to_string(&ca)?, cert));
+    }
+    let Some(token) = &args.token else { bail!("this node has not joined yet: pass --token (from `keelson token create --usage node`)") };
+    let token = keelson_pki::JoinToken::parse(token).map_err(|e| anyhow::anyhow!("--token: {e}"))?;
+    let join = keelson_apiserver::join_client::join_node(&args.servers[0], &token, name).await.with_context(|| format!("joining {} as node {name}", args.servers[0]))?;
+    std::fs::create_dir_all(&pki)?;
+    std::fs::write(&ca, &join.ca_cert)?;
+    let cert = keelson_pki::IssuedCert { cert_pem: join.client_cert, key_pem: join.client_key };
+    cert.save(&pki, "node")?;
+    Ok((join.ca_cert, cert))
+}
+
+pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
+    let name = match &args.name {
+        Some(n) => n.clone(),
+        None => std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_default(),
+    };
+    if name.is_empty() {
+        bail!("no node name: pass --name");
+    }
+    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let data_dir = std::fs::canonicalize(&args.data_dir)?;
+    let servers: Vec<SocketAddr> = args.servers.iter().map(|s| host_port(s)).collect::<anyhow::Result<_>>()?;
+    let node_ip = match args.node_ip {
+        Some(ip) => ip,
+        None => local_ip_towards(servers[0])?,
+    };
+    let (ca, cert) = credentials(&args, &name).await?;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        stop.cancel();
+    });
+    let balancer = keelson_component::balancer::ApiBalancer::start(servers, &ca, Default::default(), shutdown.clone()).await?;
+    let user = format!("system:node:{name}");
+    let (client, _) = keelson_component::client::config_for(&balancer.url(), &ca, &user, &cert).await?;
+
+    let layout = ContainerdLayout::new(&data_dir, images::PAUSE_IMAGE);
+    let (containerd, socket) = match &args.containerd_socket {
+        Some(s) => (None, s.clone()),
+        None => {
+            let c = Containerd::start(&args.containerd, layout.clone()).await?;
+            let s = c.layout.socket();
+            (Some(c), s)
+        }
+    };
+    let image_dir = data_dir.join("images");
+    if args.busybox.exists() {
+        images::ensure_builtin_archives(&args.busybox, &image_dir)?;
+    } else {
+        tracing::warn!(busybox = %args.busybox.display(), "no static busybox: the built-in images (and the sandbox image) are not created");
+    }
+    for archive in images::archives_in(&image_dir) {
+        images::import(&socket, &archive).await?;
+        tracing::info!(archive = %archive.display(), "image imported");
+    }
+    let runtime: Arc<dyn keelson_agent::runtime::Runtime> = Arc::new(CriRuntime::connect(&socket)?);
+    let cfg = AgentConfig {
+        node_name: name.clone(),
+        node_ip,
+        data_dir: data_dir.clone(),
+        max_pods: args.max_pods,
+        heartbeat: args.heartbeat,
+        pod_cidr: args.pod_cidr.clone(),
+        dns_servers: args.cluster_dns.clone(),
+        manage_routes: !args.no_routes,
+        stop_pods_on_exit: args.stop_pods_on_exit,
+        with_portmap: Path::new("/usr/lib/cni/portmap").exists() && which("iptables"),
+    };
+    eprintln!("node {name} ({node_ip}) running; Ctrl-C stops the agent{}", if args.stop_pods_on_exit { " and its pods" } else { " (pods keep running)" });
+    let result = keelson_agent::agent::run(client, runtime, cfg, shutdown).await;
+    if let Some(c) = containerd {
+        c.stop().await;
+    }
+    result?;
+    Ok(())
+}
+
+fn which(bin: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).exists()))
+}
+
+#[derive(Subcommand)]
+pub enum ImageCmd {
+    /// Build the busybox image (`keelson.local/busybox:stable`) from the host's static busybox.
+    Build(ImageBuildArgs),
+    /// Import an OCI or docker image archive into nodes' containerd.
+    Import(ImageImportArgs),
+}
+
+#[derive(Args)]
+pub struct ImageBuildArgs {
+    /// Where to write the archive.
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long, default_value = images::BUSYBOX_IMAGE)]
+    reference: String,
+    #[arg(long, default_value = "/bin/busybox")]
+    busybox: PathBuf,
+}
+
+#[derive(Args)]
+pub struct ImageImportArgs {
+    archive: PathBuf,
+    /// The data directory of a node on this host (repeat for several).
+    #[arg(long = "node-dir", required = true)]
+    node_dirs: Vec<PathBuf>,
+}
+
+pub async fn image(cmd: ImageCmd) -> anyhow::Result<()> {
+    match cmd {
+        ImageCmd::Build(a) => {
+            let digest = images::busybox_archive(&a.busybox, &a.reference, &[], &["sh"], &a.out)?;
+            println!("{} {} {digest}", a.out.display(), a.reference);
+        }
+        ImageCmd::Import(a) => {
+            for dir in &a.node_dirs {
+                let socket = ContainerdLayout::new(dir, images::PAUSE_IMAGE).socket();
+                images::import(&socket, &a.archive).await.with_context(|| format!("node {}", dir.display()))?;
+                // Kept in the node's image folder too, so it is there again after a restart.
+                let keep = dir.join("images").join(a.archive.file_name().unwrap_or_default());
+                std::fs::create_dir_all(dir.join("images"))?;
+                std::fs::copy(&a.archive, &keep)?;
+                println!("imported {} into {}", a.archive.display(), dir.display());
+            }
+        }
+    }
+    Ok(())
+}

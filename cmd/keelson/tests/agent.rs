@@ -1,0 +1,353 @@
+//! `keelson agent` on real containerd, end to end: a node in a network namespace of the
+//! test's own (a veth to the host, where the API server listens), joined with a token;
+//! pods given by `spec.nodeName` or by the scheduler run in real containers with init
+//! containers, env from ConfigMaps and the downward API, volumes, probes, restart policies
+//! and crash-loop back-off; deletions stop containers and remove sandboxes; an agent
+//! killed and restarted adopts its running pods and removes those deleted meanwhile.
+//!
+//! Needs root and containerd, runc, the CNI plugins and busybox-static (the README's test
+//! command installs them as root; CI runs as root). Skipped loudly otherwise.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
+use keelson_agent::runtime::Runtime;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn missing_tools() -> Vec<&'static str> {
+    ["/usr/bin/containerd", "/usr/bin/ctr", "/usr/sbin/runc", "/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/bin/busybox", "/usr/bin/nsenter", "/usr/bin/curl"]
+        .into_iter()
+        .filter(|p| !Path::new(p).exists())
+        .collect()
+}
+
+fn sh(args: &[&str]) -> std::process::Output {
+    Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+fn ok(args: &[&str]) {
+    let o = sh(args);
+    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A network namespace for the node and a veth to the host, removed on drop.
+struct NodeNet {
+    ns: String,
+    host_if: String,
+    host_ip: String,
+    node_ip: String,
+}
+
+impl NodeNet {
+    fn create() -> Self {
+        let id = std::process::id() % 200 + 20;
+        let ns = format!("kagent-{}", std::process::id());
+        let host_if = format!("kag{}h", std::process::id() % 100_000);
+        let (host_ip, node_ip) = (format!("10.215.{id}.1"), format!("10.215.{id}.2"));
+        let _ = sh(&["ip", "netns", "del", &ns]);
+        let _ = sh(&["ip", "link", "del", &host_if]);
+        ok(&["ip", "netns", "add", &ns]);
+        let net = NodeNet { ns: ns.clone(), host_if: host_if.clone(), host_ip: host_ip.clone(), node_ip: node_ip.clone() };
+        ok(&["ip", "link", "add", &host_if, "type", "veth", "peer", "name", "eth0", "netns", &ns]);
+        ok(&["ip", "addr", "add", &format!("{host_ip}/30"), "dev", &host_if]);
+        ok(&["ip", "link", "set", &host_if, "up"]);
+        ok(&["ip", "-n", &ns, "addr", "add", &format!("{node_ip}/30"), "dev", "eth0"]);
+        ok(&["ip", "-n", &ns, "link", "set", "eth0", "up"]);
+        ok(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
+        ok(&["ip", "-n", &ns, "route", "add", "default", "via", &host_ip]);
+        net
+    }
+
+    fn netns_path(&self) -> String {
+        format!("--net=/run/netns/{}", self.ns)
+    }
+
+    /// `curl` from inside the node.
+    fn curl(&self, url: &str) -> String {
+        let o = sh(&["nsenter", &self.netns_path(), "curl", "-s", "-m", "3", url]);
+        String::from_utf8_lossy(&o.stdout).to_string()
+    }
+}
+
+impl Drop for NodeNet {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "link", "del", &self.host_if]);
+        let _ = sh(&["ip", "netns", "del", &self.ns]);
+    }
+}
+
+struct Proc(Child);
+
+impl Proc {
+    fn terminate(&mut self, wait: Duration) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + wait;
+        while std::time::Instant::now() < deadline {
+            if self.0.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            self.terminate(Duration::from_secs(40));
+        }
+    }
+}
+
+fn keelson() -> &'static str {
+    env!("CARGO_BIN_EXE_keelson")
+}
+
+fn free_port() -> u16 {
+    keelson_localcluster::free_loopback_port().unwrap()
+}
+
+fn start_agent(net: &NodeNet, dir: &Path, server: &str, token: &str, log: &str) -> Proc {
+    let log = std::fs::File::create(dir.join(log)).unwrap();
+    let child = Command::new("nsenter")
+        .arg(net.netns_path())
+        .arg(keelson())
+        .args(["agent", "--server", server, "--token", token, "--name", "n1", "--pod-cidr", "10.42.7.0/24", "--heartbeat", "2s", "--stop-pods-on-exit"])
+        .arg("--data-dir")
+        .arg(dir.join("n1"))
+        .env("KEELSON_LOG", "info,keelson_agent=debug")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap();
+    Proc(child)
+}
+
+async fn poll<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn pod_where(pods: &Api<Pod>, name: &str, what: &str, pred: impl Fn(&Pod) -> bool) -> Pod {
+    poll(&format!("{name}: {what}"), Duration::from_secs(90), || async {
+        let p = pods.get_opt(name).await.ok().flatten()?;
+        pred(&p).then_some(p)
+    })
+    .await
+}
+
+fn container_status(p: &Pod) -> serde_json::Value {
+    serde_json::to_value(&p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0]).unwrap()
+}
+
+fn phase(p: &Pod) -> &str {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+}
+
+fn ready(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn events_of(client: &kube::Client, pod: &str) -> Vec<(String, String)> {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let list = events.list(&ListParams::default().fields(&format!("involvedObject.name={pod}"))).await.unwrap();
+    list.items.into_iter().map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default())).collect()
+}
+
+fn manifest(v: serde_json::Value) -> Pod {
+    serde_json::from_value(v).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_runs_pods_in_real_containers() {
+    if !is_root() || !missing_tools().is_empty() {
+        assert!(std::env::var_os("KEELSON_REQUIRE_NODE_TESTS").is_none(), "node tests required but root={} missing={:?}", is_root(), missing_tools());
+        eprintln!("SKIPPED (needs root and {:?}): the agent runs real containers in a network namespace; CI runs this as root", missing_tools());
+        return;
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir: PathBuf = tmp.path().to_path_buf();
+    let net = NodeNet::create();
+    let api = format!("{}:{}", net.host_ip, free_port());
+    let log = std::fs::File::create(dir.join("server.log")).unwrap();
+    let _server = Proc(
+        Command::new(keelson())
+            .args(["server", "--cluster-init", "--name", "s1", "--listen", &format!("127.0.0.1:{}", free_port()), "--api-listen", &api])
+            .arg("--data-dir")
+            .arg(dir.join("s1"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap(),
+    );
+    let kubeconfig = dir.join("s1/pki/admin.kubeconfig");
+    poll("the admin kubeconfig", Duration::from_secs(60), || async { kubeconfig.exists().then_some(()) }).await;
+    let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
+    let client = kube::Client::try_from(kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap()).unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    poll("the API", Duration::from_secs(60), || async { nodes.list(&ListParams::default()).await.ok() }).await;
+    let token = Command::new(keelson()).args(["token", "create", "--usage", "node", "--kubeconfig"]).arg(&kubeconfig).output().unwrap();
+    assert!(token.status.success(), "{}", String::from_utf8_lossy(&token.stderr));
+    let token = String::from_utf8(token.stdout).unwrap().trim().lines().last().unwrap().to_string();
+    let server = format!("https://{api}");
+    let mut agent = start_agent(&net, &dir, &server, &token, "agent-1.log");
+
+    // The Node registers, Ready, with the machine's facts and the built-in images.
+    let node = poll("node n1 Ready", Duration::from_secs(60), || async {
+        let n = nodes.get_opt("n1").await.ok().flatten()?;
+        let st = n.status.as_ref()?;
+        st.conditions.as_ref()?.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(n)
+    })
+    .await;
+    let st = node.status.unwrap();
+    let info = st.node_info.unwrap();
+    assert!(info.container_runtime_version.starts_with("containerd://"), "{}", info.container_runtime_version);
+    assert!(!info.kernel_version.is_empty() && !info.boot_id.is_empty());
+    assert_eq!(st.addresses.unwrap()[0].address, net.node_ip);
+    let images: Vec<String> = st.images.unwrap_or_default().into_iter().flat_map(|i| i.names.unwrap_or_default()).collect();
+    assert!(images.iter().any(|n| n.contains("keelson.local/busybox:stable")), "{images:?}");
+    assert!(st.capacity.unwrap()["memory"].0.ends_with("Ki"));
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let pp = PostParams::default();
+    cms.create(&pp, &serde_json::from_value(json!({"metadata": {"name": "cfg"}, "data": {"greeting": "hello", "mode": "fast"}})).unwrap()).await.unwrap();
+    const IMG: &str = "keelson.local/busybox:stable";
+    let bound = |name: &str, spec: serde_json::Value| {
+        let mut spec = spec;
+        spec["nodeName"] = json!("n1");
+        manifest(json!({"metadata": {"name": name}, "spec": spec}))
+    };
+    // A web server with an HTTP readiness probe, placed by the scheduler.
+    pods.create(&pp, &manifest(json!({"metadata": {"name": "web"}, "spec": {"terminationGracePeriodSeconds": 2, "containers": [{"name": "httpd", "image": IMG,
+        "command": ["httpd", "-f", "-p", "8080", "-h", "/www"], "ports": [{"name": "http", "containerPort": 8080}],
+        "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1}}]}}))).await.unwrap();
+    let mut mix = bound("mix", json!({"terminationGracePeriodSeconds": 1,
+        "initContainers": [{"name": "setup", "image": IMG, "command": ["sh", "-c", "echo init-done > /work/ready"], "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
+        "containers": [{"name": "app", "image": IMG,
+            "command": ["sh", "-c", "cat /work/ready; echo $GREETING $(POD_NAME) $CFG_mode; echo conf=$$(cat /conf/greeting); echo labels=$$(cat /info/labels); sleep 3600"],
+            "env": [{"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "greeting", "optional": true}}}, {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+            "envFrom": [{"configMapRef": {"name": "cfg"}, "prefix": "CFG_"}],
+            "volumeMounts": [{"name": "work", "mountPath": "/work"}, {"name": "conf", "mountPath": "/conf"}, {"name": "info", "mountPath": "/info"}],
+            "readinessProbe": {"exec": {"command": ["cat", "/work/ready"]}, "periodSeconds": 1},
+            "livenessProbe": {"exec": {"command": ["test", "-f", "/conf/greeting"]}, "periodSeconds": 1, "failureThreshold": 2}}],
+        "volumes": [{"name": "work", "emptyDir": {}}, {"name": "conf", "configMap": {"name": "cfg"}},
+            {"name": "info", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]}));
+    mix.metadata.labels = Some([("tier".to_string(), "demo".to_string())].into());
+    pods.create(&pp, &mix).await.unwrap();
+    pods.create(&pp, &bound("crash", json!({"containers": [{"name": "c", "image": IMG, "command": ["sh", "-c", "exit 3"]}]}))).await.unwrap();
+    pods.create(&pp, &bound("done", json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": IMG, "command": ["sh", "-c", "echo ok"]}]}))).await.unwrap();
+    pods.create(&pp, &bound("never", json!({"containers": [{"name": "c", "image": "keelson.local/absent:1", "imagePullPolicy": "Never"}]}))).await.unwrap();
+
+    // Running and Ready, reachable at its pod IP from the node.
+    let web = pod_where(&pods, "web", "Running and Ready", |p| phase(p) == "Running" && ready(p)).await;
+    let web_ip = web.status.as_ref().unwrap().pod_ip.clone().unwrap();
+    assert!(web_ip.starts_with("10.42.7."), "pod IP {web_ip} from the node's podCIDR");
+    assert_eq!(web.spec.as_ref().unwrap().node_name.as_deref(), Some("n1"), "the scheduler placed it");
+    assert_eq!(net.curl(&format!("http://{web_ip}:8080/")), "hello from keelson\n");
+    let web_container = container_status(&web)["containerID"].as_str().unwrap().to_string();
+
+    // Init container, env, ConfigMap, emptyDir and downward API volumes, exec probes.
+    let mix = pod_where(&pods, "mix", "Running and Ready", |p| phase(p) == "Running" && ready(p)).await;
+    assert_eq!(mix.status.as_ref().unwrap().init_container_statuses.as_ref().unwrap()[0].state.as_ref().unwrap().terminated.as_ref().unwrap().reason.as_deref(), Some("Completed"));
+    let uid = mix.metadata.uid.clone().unwrap();
+    let log_path = dir.join(format!("n1/logs/pods/default_mix_{uid}/app/0.log"));
+    let out = poll("mix's output", Duration::from_secs(30), || async { std::fs::read_to_string(&log_path).ok().filter(|l| l.contains("labels=")) }).await;
+    for line in ["stdout F init-done", "stdout F hello mix fast", "stdout F conf=hello", "stdout F labels=tier=\"demo\""] {
+        assert!(out.lines().any(|l| l.ends_with(line)), "mix's log lacks {line:?}:\n{out}");
+    }
+
+    // Crash loop: restarted, then backing off, the last exit recorded.
+    let crash = pod_where(&pods, "crash", "CrashLoopBackOff after a restart", |p| {
+        let c = container_status(p);
+        c["restartCount"].as_i64() >= Some(1) && c["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    })
+    .await;
+    assert_eq!(container_status(&crash)["lastState"]["terminated"]["exitCode"], 3);
+    assert_eq!(container_status(&crash)["lastState"]["terminated"]["reason"], "Error");
+    // restartPolicy Never: Succeeded, Completed; a missing image under Never: ErrImageNeverPull.
+    let done = pod_where(&pods, "done", "Succeeded", |p| phase(p) == "Succeeded").await;
+    assert_eq!(container_status(&done)["state"]["terminated"]["reason"], "Completed");
+    pod_where(&pods, "never", "ErrImageNeverPull", |p| container_status(p)["state"]["waiting"]["reason"] == "ErrImageNeverPull").await;
+
+    let reasons: Vec<String> = events_of(&client, "web").await.into_iter().map(|(r, _)| r).collect();
+    for r in ["Scheduled", "Pulled", "Created", "Started"] {
+        assert!(reasons.iter().any(|x| x == r), "web's events {reasons:?} lack {r}");
+    }
+    assert!(events_of(&client, "crash").await.iter().any(|(r, m)| r == "BackOff" && m.starts_with("Back-off restarting failed container c in pod crash_default(")));
+
+    // A ConfigMap update reaches the mounted files; the key's removal fails the liveness
+    // probe, and the container is restarted.
+    cms.patch("cfg", &PatchParams::default(), &Patch::Merge(json!({"data": {"greeting": null}}))).await.unwrap();
+    let mix = pod_where(&pods, "mix", "restarted after failing its liveness probe", |p| container_status(p)["restartCount"].as_i64() >= Some(1)).await;
+    let ev = events_of(&client, "mix").await;
+    assert!(ev.iter().any(|(r, m)| r == "Unhealthy" && m.starts_with("Liveness probe failed")), "{ev:?}");
+    assert!(ev.iter().any(|(r, m)| r == "Killing" && m == "Container app failed liveness probe, will be restarted"), "{ev:?}");
+    let _ = mix;
+
+    // kubectl shows it as users know it.
+    let k = Command::new("kubectl").arg("--kubeconfig").arg(&kubeconfig).args(["get", "pods", "-o", "wide"]).output();
+    if let Ok(k) = k {
+        if k.status.success() {
+            let text = String::from_utf8_lossy(&k.stdout);
+            assert!(text.lines().any(|l| l.starts_with("web ") && l.contains("Running") && l.contains(&web_ip) && l.contains("n1")), "{text}");
+            assert!(text.lines().any(|l| l.starts_with("done ") && l.contains("Completed")), "{text}");
+        }
+    }
+
+    // The agent is killed; a pod is deleted while it is down; the restarted agent adopts
+    // the running web pod (same container, no restart) and removes the deleted one.
+    let done_uid = done.metadata.uid.clone().unwrap();
+    agent.0.kill().unwrap();
+    agent.0.wait().unwrap();
+    pods.delete("done", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
+    let mut agent = start_agent(&net, &dir, &server, "", "agent-2.log");
+    let runtime: Arc<dyn Runtime> = Arc::new(keelson_agent::runtime::cri::CriRuntime::connect(&dir.join("n1/containerd/containerd.sock")).unwrap());
+    poll("the deleted pod's sandbox removed", Duration::from_secs(60), || async {
+        let sbs = runtime.list_sandboxes().await.ok()?;
+        (!sbs.is_empty() && !sbs.iter().any(|s| s.uid == done_uid)).then_some(())
+    })
+    .await;
+    let web = pod_where(&pods, "web", "Ready after the agent restart", ready).await;
+    assert_eq!(container_status(&web)["containerID"].as_str(), Some(web_container.as_str()), "the same container kept running");
+    assert_eq!(container_status(&web)["restartCount"], 0);
+    assert_eq!(net.curl(&format!("http://{web_ip}:8080/")), "hello from keelson\n");
+
+    // Deleting a pod stops its container within the grace period and removes its sandbox
+    // before the deletion is confirmed.
+    let web_uid = web.metadata.uid.clone().unwrap();
+    pods.delete("web", &DeleteParams::default()).await.unwrap();
+    poll("web gone", Duration::from_secs(60), || async { pods.get_opt("web").await.ok()?.is_none().then_some(()) }).await;
+    let sbs = runtime.list_sandboxes().await.unwrap();
+    assert!(!sbs.iter().any(|s| s.uid == web_uid), "web's sandbox is removed once its deletion is confirmed");
+    assert!(!dir.join(format!("n1/pods/{web_uid}")).exists(), "and its volumes");
+    assert!(events_of(&client, "web").await.iter().any(|(r, m)| r == "Killing" && m == "Stopping container httpd"));
+
+    // Stopping the agent (as a power-off, --stop-pods-on-exit) leaves no container behind.
+    agent.terminate(Duration::from_secs(60));
+    let leftover = sh(&["pgrep", "-f", &dir.join("n1/containerd").display().to_string()]);
+    assert!(leftover.stdout.is_empty(), "containerd or shims left running: {}", String::from_utf8_lossy(&leftover.stdout));
+}

@@ -1,0 +1,183 @@
+//! The agent of one real node: it registers the Node, reports its status every 10 s,
+//! renews its Lease in `kube-node-lease` every 10 s, routes to other nodes' pods, and runs
+//! one [`crate::pod::worker`] per pod bound to it (a pod with `spec.nodeName` set is all
+//! it needs). On start it adopts what the runtime already runs for those pods and removes
+//! what belongs to pods that no longer exist.
+
+pub mod machine;
+mod node;
+
+use std::collections::{HashMap, HashSet};
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::watcher::{self, watcher};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::pod::worker::{self, PodContext};
+use crate::runtime::Runtime;
+
+pub use node::{NodeError, NodeReporter};
+
+/// How an agent runs.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub node_name: String,
+    pub node_ip: Ipv4Addr,
+    pub data_dir: PathBuf,
+    pub max_pods: u32,
+    /// Node status and Lease renewal period (the kubelet's: 10 s).
+    pub heartbeat: Duration,
+    /// The podCIDR to use when the Node gets none from the controller manager.
+    pub pod_cidr: Option<String>,
+    pub dns_servers: Vec<String>,
+    /// Add `ip route`s to other nodes' podCIDRs.
+    pub manage_routes: bool,
+    /// Stop every pod when the agent stops (as a machine powering off would).
+    pub stop_pods_on_exit: bool,
+    /// Whether the CNI `portmap` plugin (hostPort) can be used.
+    pub with_portmap: bool,
+}
+
+struct PodWorker {
+    tx: watch::Sender<Pod>,
+    removed: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Runs the agent until `shutdown`.
+pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConfig, shutdown: CancellationToken) -> Result<(), NodeError> {
+    let reporter = NodeReporter::new(client.clone(), runtime.clone(), cfg.clone());
+    reporter.register().await?;
+    let pod_cidr = reporter.wait_pod_cidr(&shutdown).await?;
+    if let Some(cidr) = &pod_cidr {
+        reporter.write_cni_config(cidr)?;
+    }
+    let node_tasks = reporter.spawn(shutdown.clone());
+    let ctx = Arc::new(PodContext {
+        events: keelson_component::events::EventRecorder::new(client.clone(), "kubelet", &cfg.node_name),
+        client: client.clone(),
+        runtime: runtime.clone(),
+        node_name: cfg.node_name.clone(),
+        host_ip: cfg.node_ip.to_string(),
+        pods_dir: cfg.data_dir.join("pods"),
+        logs_dir: cfg.data_dir.join("logs/pods"),
+        dns_servers: cfg.dns_servers.clone(),
+        dns_searches: Vec::new(),
+    });
+    serve_pods(ctx.clone(), &cfg.node_name, shutdown.clone()).await;
+    if cfg.stop_pods_on_exit {
+        stop_everything(runtime.as_ref()).await;
+    }
+    for t in node_tasks {
+        t.abort();
+    }
+    Ok(())
+}
+
+/// Stops and removes every sandbox and container the runtime has.
+pub async fn stop_everything(runtime: &dyn Runtime) {
+    if let Ok(containers) = runtime.list_containers().await {
+        futures::future::join_all(containers.iter().map(|c| async move {
+            let _ = runtime.stop_container(&c.id, Duration::from_secs(2)).await;
+            let _ = runtime.remove_container(&c.id).await;
+        }))
+        .await;
+    }
+    if let Ok(sandboxes) = runtime.list_sandboxes().await {
+        futures::future::join_all(sandboxes.iter().map(|s| async move {
+            let _ = runtime.stop_sandbox(&s.id).await;
+            let _ = runtime.remove_sandbox(&s.id).await;
+        }))
+        .await;
+    }
+    tracing::info!("every pod of this node stopped");
+}
+
+/// Watches the pods bound to `node` and keeps one worker per pod.
+async fn serve_pods(ctx: Arc<PodContext>, node: &str, shutdown: CancellationToken) {
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    let cfg = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+    let stream = watcher(pods, cfg);
+    futures::pin_mut!(stream);
+    let mut workers: HashMap<String, PodWorker> = HashMap::new();
+    let mut listed: Option<HashSet<String>> = None;
+    loop {
+        let ev = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            ev = stream.next() => match ev { Some(ev) => ev, None => break },
+        };
+        match ev {
+            Ok(watcher::Event::Init) => listed = Some(HashSet::new()),
+            Ok(watcher::Event::InitApply(p)) => {
+                if let (Some(set), Some(uid)) = (listed.as_mut(), p.metadata.uid.clone()) {
+                    set.insert(uid);
+                }
+                dispatch(&ctx, &mut workers, p, &shutdown);
+            }
+            Ok(watcher::Event::InitDone) => {
+                let known = listed.take().unwrap_or_default();
+                for (uid, w) in workers.iter() {
+                    if !known.contains(uid) {
+                        w.removed.cancel();
+                    }
+                }
+                remove_orphans(&ctx, &known).await;
+            }
+            Ok(watcher::Event::Apply(p)) => dispatch(&ctx, &mut workers, p, &shutdown),
+            Ok(watcher::Event::Delete(p)) => {
+                if let Some(w) = p.metadata.uid.as_ref().and_then(|u| workers.get(u)) {
+                    let _ = w.tx.send(p.clone());
+                    w.removed.cancel();
+                }
+            }
+            Err(e) => {
+                tracing::info!(error = %e, "pod watch; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+        workers.retain(|_, w| !w.task.is_finished());
+    }
+    // Workers stop at their next await; one stuck on an unreachable API is cut off.
+    let tasks: Vec<_> = workers.into_values().map(|w| w.task).collect();
+    let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
+    if tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(tasks)).await.is_err() {
+        aborts.iter().for_each(|a| a.abort());
+    }
+}
+
+fn dispatch(ctx: &Arc<PodContext>, workers: &mut HashMap<String, PodWorker>, pod: Pod, shutdown: &CancellationToken) {
+    let Some(uid) = pod.metadata.uid.clone() else { return };
+    if let Some(w) = workers.get(&uid) {
+        let _ = w.tx.send(pod);
+        return;
+    }
+    let (tx, rx) = watch::channel(pod);
+    let removed = CancellationToken::new();
+    let task = tokio::spawn(worker::run(ctx.clone(), rx, removed.clone(), shutdown.clone()));
+    workers.insert(uid, PodWorker { tx, removed, task });
+}
+
+/// Removes sandboxes and containers whose pod is not bound here any more (deleted
+/// while the agent was down).
+async fn remove_orphans(ctx: &PodContext, known: &HashSet<String>) {
+    let rt = ctx.runtime.as_ref();
+    let Ok(sandboxes) = rt.list_sandboxes().await else { return };
+    let containers = rt.list_containers().await.unwrap_or_default();
+    for s in sandboxes.iter().filter(|s| !known.contains(&s.uid)) {
+        tracing::info!(sandbox = %s.id, pod_uid = %s.uid, "removing the sandbox of a pod that no longer exists");
+        for c in containers.iter().filter(|c| c.sandbox_id == s.id) {
+            let _ = rt.stop_container(&c.id, Duration::from_secs(2)).await;
+            let _ = rt.remove_container(&c.id).await;
+        }
+        let _ = rt.stop_sandbox(&s.id).await;
+        let _ = rt.remove_sandbox(&s.id).await;
+        let _ = std::fs::remove_dir_all(ctx.pods_dir.join(&s.uid));
+    }
+}

@@ -1,0 +1,211 @@
+//! The Node half of the agent: registration, status every heartbeat, the Lease, the pod
+//! network configuration and routes to other nodes' pods.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::{machine, AgentConfig};
+use crate::cni::{self, PodRoute};
+use crate::runtime::Runtime;
+use crate::status::{node_status_of, NodeFacts};
+
+/// The Node could not be registered or configured.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("registering node {node}: {source}")]
+    Register { node: String, #[source] source: kube::Error },
+    #[error("writing the CNI configuration {path}: {source}")]
+    Cni { path: String, #[source] source: std::io::Error },
+}
+
+/// Reports one node.
+#[derive(Clone)]
+pub struct NodeReporter {
+    client: kube::Client,
+    runtime: Arc<dyn Runtime>,
+    cfg: AgentConfig,
+}
+
+fn now() -> String {
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn micro_now() -> String {
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+impl NodeReporter {
+    pub fn new(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConfig) -> Self {
+        Self { client, runtime, cfg }
+    }
+
+    fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    /// Creates the Node (or finds it registered before) and reports its first status.
+    pub async fn register(&self) -> Result<(), NodeError> {
+        let name = &self.cfg.node_name;
+        let err = |source| NodeError::Register { node: name.clone(), source };
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+            "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}}}))
+        .expect("a valid Node");
+        match self.nodes().create(&PostParams::default(), &node).await {
+            Ok(_) => tracing::info!(node = %name, "node registered"),
+            Err(kube::Error::Api(s)) if s.code == 409 => tracing::info!(node = %name, "node was registered before"),
+            Err(e) => return Err(err(e)),
+        }
+        self.report().await.map_err(err)?;
+        Ok(())
+    }
+
+    /// The node's podCIDR: the one the controller manager gave the Node, else the
+    /// configured one, waiting for the first if neither is there yet.
+    pub async fn wait_pod_cidr(&self, shutdown: &CancellationToken) -> Result<Option<String>, NodeError> {
+        let mut warned = false;
+        loop {
+            let given = self.nodes().get_opt(&self.cfg.node_name).await.ok().flatten().and_then(|n| n.spec.and_then(|s| s.pod_cidr));
+            if let Some(c) = given.or_else(|| self.cfg.pod_cidr.clone()) {
+                return Ok(Some(c));
+            }
+            if !warned {
+                tracing::info!("waiting for the controller manager to give this node a podCIDR (or set --pod-cidr)");
+                warned = true;
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(None),
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    /// Writes the CNI network for `pod_cidr` where the node's containerd reads it.
+    pub fn write_cni_config(&self, pod_cidr: &str) -> Result<(), NodeError> {
+        let dir = self.cfg.data_dir.join("cni/net.d");
+        let path = dir.join("10-keelson.conflist");
+        let err = |source| NodeError::Cni { path: path.display().to_string(), source };
+        std::fs::create_dir_all(&dir).map_err(err)?;
+        let conf = cni::conflist(pod_cidr, &self.cfg.data_dir.join("cni/ipam"), self.cfg.with_portmap);
+        std::fs::write(&path, serde_json::to_vec_pretty(&conf).expect("serializable")).map_err(err)?;
+        tracing::info!(pod_cidr, "pod network configured");
+        Ok(())
+    }
+
+    async fn facts(&self) -> (NodeFacts, crate::status::NodeHealth) {
+        let (machine_id, boot_id, kernel_version, os_image) = machine::identity();
+        let mut health = machine::health(&self.cfg.data_dir);
+        let runtime_version = match self.runtime.version().await {
+            Ok(v) => v,
+            Err(e) => {
+                health.not_ready = Some(format!("container runtime is down: {e}"));
+                String::new()
+            }
+        };
+        let images = self.runtime.list_images().await.unwrap_or_default().into_iter().map(|i| (i.names, i.size_bytes)).collect();
+        let facts = NodeFacts {
+            name: self.cfg.node_name.clone(),
+            address: self.cfg.node_ip,
+            capacity: machine::capacity(&self.cfg.data_dir, self.cfg.max_pods),
+            machine_id,
+            boot_id,
+            kernel_version,
+            os_image,
+            runtime_version,
+            kubelet_port: 10250,
+            images,
+        };
+        (facts, health)
+    }
+
+    /// Writes the Node's status once.
+    pub async fn report(&self) -> Result<(), kube::Error> {
+        let (facts, health) = self.facts().await;
+        let mut status = node_status_of(&facts, &health, &now());
+        // Conditions keep their lastTransitionTime while their status holds.
+        if let Ok(Some(old)) = self.nodes().get_opt(&self.cfg.node_name).await {
+            let old_conditions = old.status.and_then(|s| s.conditions).unwrap_or_default();
+            for c in status["conditions"].as_array_mut().into_iter().flatten() {
+                if let Some(o) = old_conditions.iter().find(|o| Some(o.type_.as_str()) == c["type"].as_str() && Some(o.status.as_str()) == c["status"].as_str()) {
+                    if let Some(t) = &o.last_transition_time {
+                        c["lastTransitionTime"] = json!(t.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+                    }
+                }
+            }
+        }
+        self.nodes().patch_status(&self.cfg.node_name, &PatchParams::default(), &Patch::Merge(json!({"status": status}))).await?;
+        Ok(())
+    }
+
+    async fn renew_lease(&self) -> Result<(), kube::Error> {
+        let name = &self.cfg.node_name;
+        let owner = self.nodes().get_opt(name).await?.and_then(|n| n.metadata.uid);
+        let mut lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": micro_now()}});
+        if let Some(uid) = owner {
+            lease["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}]);
+        }
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
+        leases.patch(name, &PatchParams::apply("kubelet").force(), &Patch::Apply(lease)).await?;
+        Ok(())
+    }
+
+    async fn sync_routes(&self, applied: &mut BTreeSet<PodRoute>) {
+        let Ok(nodes) = self.nodes().list(&ListParams::default()).await else { return };
+        let wanted = cni::routes(&self.cfg.node_name, &nodes.items);
+        for r in wanted.difference(applied) {
+            if ip(&["route", "replace", &r.cidr, "via", &r.via]).await {
+                tracing::info!(cidr = %r.cidr, via = %r.via, "route to another node's pods");
+            }
+        }
+        for r in applied.difference(&wanted) {
+            ip(&["route", "del", &r.cidr, "via", &r.via]).await;
+        }
+        *applied = wanted;
+    }
+
+    /// Status, Lease and routes, every heartbeat, until `shutdown`.
+    pub fn spawn(&self, shutdown: CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
+        let me = self.clone();
+        let status = tokio::spawn(async move {
+            let mut routes = BTreeSet::new();
+            loop {
+                if let Err(e) = me.renew_lease().await {
+                    tracing::info!(error = %e, "renewing the node lease");
+                }
+                if let Err(e) = me.report().await {
+                    tracing::info!(error = %e, "reporting node status");
+                }
+                if me.cfg.manage_routes {
+                    me.sync_routes(&mut routes).await;
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(me.cfg.heartbeat) => {}
+                }
+            }
+        });
+        vec![status]
+    }
+}
+
+async fn ip(args: &[&str]) -> bool {
+    match tokio::process::Command::new("ip").args(args).output().await {
+        Ok(o) if o.status.success() => true,
+        Ok(o) => {
+            tracing::info!(args = ?args, error = %String::from_utf8_lossy(&o.stderr).trim(), "ip");
+            false
+        }
+        Err(e) => {
+            tracing::info!(error = %e, "running ip");
+            false
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! The pod network of a node: a CNI configuration for containerd's CRI plugin (a Linux
+//! bridge with host-local addresses from the node's podCIDR), and routes to the other
+//! nodes' podCIDRs through their InternalIPs (flannel's host-gw). Both are pure
+//! renderings; the agent writes the file and applies the routes with `ip`.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+/// The bridge pods are attached to.
+pub const BRIDGE: &str = "keelson0";
+
+/// The CNI network list for a node whose pods take addresses from `pod_cidr`.
+pub fn conflist(pod_cidr: &str, ipam_dir: &Path, with_portmap: bool) -> Value {
+    let mut plugins = vec![json!({
+        "type": "bridge", "bridge": BRIDGE, "isGateway": true, "ipMasq": false, "hairpinMode": true,
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": pod_cidr}]], "routes": [{"dst": "0.0.0.0/0"}], "dataDir": ipam_dir.display().to_string()},
+    })];
+    if with_portmap {
+        plugins.push(json!({"type": "portmap", "capabilities": {"portMappings": true}}));
+    }
+    json!({"cniVersion": "1.0.0", "name": "keelson", "plugins": plugins})
+}
+
+/// A route to another node's pods.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PodRoute {
+    pub cidr: String,
+    pub via: String,
+}
+
+/// Routes to every other node's podCIDR through its InternalIP.
+pub fn routes(own: &str, nodes: &[k8s_openapi::api::core::v1::Node]) -> BTreeSet<PodRoute> {
+    nodes
+        .iter()
+        .filter(|n| n.metadata.name.as_deref() != Some(own))
+        .filter_map(|n| {
+            let cidr = n.spec.as_ref()?.pod_cidr.clone()?;
+            let via = n.status.as_ref()?.addresses.as_ref()?.iter().find(|a| a.type_ == "InternalIP")?.address.clone();
+            Some(PodRoute { cidr, via })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bridge_takes_addresses_from_the_pod_cidr() {
+        let c = conflist("10.42.3.0/24", Path::new("/d/ipam"), false);
+        assert_eq!(c["plugins"][0]["ipam"]["ranges"][0][0]["subnet"], "10.42.3.0/24");
+        assert_eq!(c["plugins"][0]["bridge"], BRIDGE);
+        assert_eq!(c["plugins"].as_array().unwrap().len(), 1);
+        assert_eq!(conflist("10.42.3.0/24", Path::new("/d"), true)["plugins"][1]["type"], "portmap");
+    }
+
+    #[test]
+    fn routes_go_to_other_nodes_through_their_internal_ip() {
+        let node = |name: &str, cidr: Option<&str>, ip: &str| -> k8s_openapi::api::core::v1::Node {
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"podCIDR": cidr}, "status": {"addresses": [{"type": "InternalIP", "address": ip}]}})).unwrap()
+        };
+        let nodes = [node("a", Some("10.42.0.0/24"), "10.0.0.1"), node("b", Some("10.42.1.0/24"), "10.0.0.2"), node("c", None, "10.0.0.3")];
+        let r: Vec<PodRoute> = routes("a", &nodes).into_iter().collect();
+        assert_eq!(r, vec![PodRoute { cidr: "10.42.1.0/24".into(), via: "10.0.0.2".into() }]);
+    }
+}

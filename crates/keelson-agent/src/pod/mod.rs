@@ -1,0 +1,10 @@
+//! Running one pod: [`plan`] decides (pure), [`status`] reports (pure), [`worker`]
+//! performs, with [`probe`]s, [`volumes`], [`env`] and [`resources`] as its parts.
+
+pub mod env;
+pub mod plan;
+pub mod probe;
+pub mod resources;
+pub mod status;
+pub mod volumes;
+pub mod worker;

@@ -1,0 +1,325 @@
+//! A pod's volumes on the node, as the kubelet's volume manager lays them out:
+//! `PODS_DIR/<uid>/volumes/<plugin>/<name>`. ConfigMap, Secret, downward API and
+//! projected volumes are written the way the kubelet's atomic writer does — files in a
+//! timestamped directory, a `..data` symlink swapped in one rename, and one symlink per
+//! key — so a container sees every update at once and never a half-written file.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{ConfigMap, KeyToPath, Pod, Secret, Volume};
+use kube::api::Api;
+
+use crate::runtime::MountSpec;
+
+/// Preparing a volume failed.
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    #[error("{what} \"{name}\" not found")]
+    NotFound { what: &'static str, name: String },
+    #[error("reading {what} \"{name}\": {source}")]
+    Api { what: &'static str, name: String, #[source] source: kube::Error },
+    #[error("volume {volume}: {message}")]
+    Io { volume: String, message: String },
+    #[error("volume {0} is not supported by this agent")]
+    Unsupported(String),
+    #[error("container {container} mounts volume \"{volume}\", which the pod does not declare")]
+    Undeclared { container: String, volume: String },
+}
+
+/// Files of one volume: relative path → (content, mode).
+pub type Files = BTreeMap<String, (Vec<u8>, u32)>;
+
+fn select(data: BTreeMap<String, Vec<u8>>, items: Option<&Vec<KeyToPath>>, default_mode: u32) -> Files {
+    match items {
+        None => data.into_iter().map(|(k, v)| (k, (v, default_mode))).collect(),
+        Some(items) => items
+            .iter()
+            .filter_map(|i| data.get(&i.key).map(|v| (i.path.clone(), (v.clone(), i.mode.map(|m| m as u32).unwrap_or(default_mode)))))
+            .collect(),
+    }
+}
+
+/// The files of a ConfigMap (data and binaryData).
+pub fn configmap_files(cm: &ConfigMap, items: Option<&Vec<KeyToPath>>, default_mode: u32) -> Files {
+    let mut data: BTreeMap<String, Vec<u8>> = cm.data.clone().unwrap_or_default().into_iter().map(|(k, v)| (k, v.into_bytes())).collect();
+    for (k, v) in cm.binary_data.clone().unwrap_or_default() {
+        data.insert(k, v.0);
+    }
+    select(data, items, default_mode)
+}
+
+/// The files of a Secret (its decoded data and stringData).
+pub fn secret_files(s: &Secret, items: Option<&Vec<KeyToPath>>, default_mode: u32) -> Files {
+    let mut data: BTreeMap<String, Vec<u8>> = s.data.clone().unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
+    for (k, v) in s.string_data.clone().unwrap_or_default() {
+        data.insert(k, v.into_bytes());
+    }
+    select(data, items, default_mode)
+}
+
+/// A downward API field of the pod (`metadata.name`, `metadata.labels`, `spec.nodeName`…).
+pub fn pod_field(pod: &Pod, path: &str) -> Option<String> {
+    let m = &pod.metadata;
+    let map = |m: &Option<BTreeMap<String, String>>| m.as_ref().map(|m| m.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect::<Vec<_>>().join("\n")).unwrap_or_default();
+    if let Some(key) = path.strip_prefix("metadata.labels['").and_then(|r| r.strip_suffix("']")) {
+        return m.labels.as_ref().and_then(|l| l.get(key).cloned());
+    }
+    if let Some(key) = path.strip_prefix("metadata.annotations['").and_then(|r| r.strip_suffix("']")) {
+        return m.annotations.as_ref().and_then(|l| l.get(key).cloned());
+    }
+    let spec = pod.spec.as_ref();
+    let status = pod.status.as_ref();
+    Some(match path {
+        "metadata.name" => m.name.clone()?,
+        "metadata.namespace" => m.namespace.clone()?,
+        "metadata.uid" => m.uid.clone()?,
+        "metadata.labels" => map(&m.labels),
+        "metadata.annotations" => map(&m.annotations),
+        "spec.nodeName" => spec?.node_name.clone()?,
+        "spec.serviceAccountName" => spec?.service_account_name.clone()?,
+        "status.hostIP" => status?.host_ip.clone()?,
+        "status.podIP" => status?.pod_ip.clone()?,
+        "status.hostIPs" => status?.host_ips.as_ref()?.iter().map(|i| i.ip.clone()).collect::<Vec<_>>().join(","),
+        "status.podIPs" => status?.pod_ips.as_ref()?.iter().map(|i| i.ip.clone()).collect::<Vec<_>>().join(","),
+        _ => return None,
+    })
+}
+
+/// Writes `files` into `dir` atomically, as the kubelet's atomic writer does.
+pub fn write_atomically(dir: &Path, files: &Files) -> std::io::Result<bool> {
+    std::fs::create_dir_all(dir)?;
+    let data_link = dir.join("..data");
+    if let Ok(current) = std::fs::read_link(&data_link) {
+        let current = dir.join(current);
+        let same = files.iter().all(|(k, (v, _))| std::fs::read(current.join(k)).ok().as_deref() == Some(v.as_slice()))
+            && count_files(&current) == files.len();
+        if same {
+            return Ok(false);
+        }
+    }
+    let stamp = format!("..{}", jiff::Timestamp::now().strftime("%Y_%m_%d_%H_%M_%S.%f"));
+    let fresh = dir.join(&stamp);
+    std::fs::create_dir_all(&fresh)?;
+    for (path, (content, mode)) in files {
+        let target = fresh.join(path);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&target, content)?;
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(*mode))?;
+    }
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    symlink(&stamp, &tmp)?;
+    std::fs::rename(&tmp, &data_link)?;
+    let mut tops: Vec<String> = files.keys().map(|k| k.split('/').next().unwrap_or(k).to_string()).collect();
+    tops.dedup();
+    for top in &tops {
+        let link = dir.join(top);
+        if std::fs::symlink_metadata(&link).is_err() {
+            symlink(format!("..data/{top}"), &link)?;
+        }
+    }
+    for entry in std::fs::read_dir(dir)?.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name.starts_with("..") && name != "..data" && name != stamp {
+            let _ = std::fs::remove_dir_all(entry.path());
+        } else if !name.starts_with("..") && !tops.contains(&name) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    Ok(true)
+}
+
+fn count_files(dir: &Path) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            n += count_files(&p);
+        } else {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Where a pod's volume lives on the node.
+pub fn volume_dir(pods_dir: &Path, uid: &str, plugin: &str, name: &str) -> PathBuf {
+    pods_dir.join(uid).join("volumes").join(plugin).join(name)
+}
+
+/// Prepares every volume of `pod` (writing or refreshing its files) and returns the host
+/// path of each by volume name.
+pub async fn prepare(client: &kube::Client, pod: &Pod, pods_dir: &Path) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let mut out = BTreeMap::new();
+    for v in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
+        let path = prepare_one(client, pod, &ns, &uid, v, pods_dir).await?;
+        out.insert(v.name.clone(), path);
+    }
+    Ok(out)
+}
+
+async fn prepare_one(client: &kube::Client, pod: &Pod, ns: &str, uid: &str, v: &Volume, pods_dir: &Path) -> Result<PathBuf, VolumeError> {
+    let io = |e: std::io::Error| VolumeError::Io { volume: v.name.clone(), message: e.to_string() };
+    if let Some(host) = &v.host_path {
+        let p = PathBuf::from(&host.path);
+        if matches!(host.type_.as_deref(), Some("DirectoryOrCreate")) {
+            std::fs::create_dir_all(&p).map_err(io)?;
+        }
+        return Ok(p);
+    }
+    if v.empty_dir.is_some() {
+        let dir = volume_dir(pods_dir, uid, "kubernetes.io~empty-dir", &v.name);
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).map_err(io)?;
+        return Ok(dir);
+    }
+    let (plugin, files) = if let Some(cm) = &v.config_map {
+        let mode = cm.default_mode.unwrap_or(0o644) as u32;
+        match fetch::<ConfigMap>(client, ns, &cm.name, "configmap").await? {
+            Some(obj) => ("kubernetes.io~configmap", configmap_files(&obj, cm.items.as_ref(), mode)),
+            None if cm.optional == Some(true) => ("kubernetes.io~configmap", Files::new()),
+            None => return Err(VolumeError::NotFound { what: "configmap", name: cm.name.clone() }),
+        }
+    } else if let Some(sec) = &v.secret {
+        let name = sec.secret_name.clone().unwrap_or_default();
+        let mode = sec.default_mode.unwrap_or(0o644) as u32;
+        match fetch::<Secret>(client, ns, &name, "secret").await? {
+            Some(obj) => ("kubernetes.io~secret", secret_files(&obj, sec.items.as_ref(), mode)),
+            None if sec.optional == Some(true) => ("kubernetes.io~secret", Files::new()),
+            None => return Err(VolumeError::NotFound { what: "secret", name }),
+        }
+    } else if let Some(d) = &v.downward_api {
+        let mode = d.default_mode.unwrap_or(0o644) as u32;
+        let mut files = Files::new();
+        for item in d.items.iter().flatten() {
+            if let Some(value) = item.field_ref.as_ref().and_then(|f| pod_field(pod, &f.field_path)) {
+                files.insert(item.path.clone(), (value.into_bytes(), item.mode.map(|m| m as u32).unwrap_or(mode)));
+            }
+        }
+        ("kubernetes.io~downward-api", files)
+    } else if let Some(p) = &v.projected {
+        let mode = p.default_mode.unwrap_or(0o644) as u32;
+        let mut files = Files::new();
+        for source in p.sources.iter().flatten() {
+            if let Some(cm) = &source.config_map {
+                match fetch::<ConfigMap>(client, ns, &cm.name, "configmap").await? {
+                    Some(obj) => files.extend(configmap_files(&obj, cm.items.as_ref(), mode)),
+                    None if cm.optional == Some(true) => {}
+                    None => return Err(VolumeError::NotFound { what: "configmap", name: cm.name.clone() }),
+                }
+            }
+            if let Some(sec) = &source.secret {
+                match fetch::<Secret>(client, ns, &sec.name, "secret").await? {
+                    Some(obj) => files.extend(secret_files(&obj, sec.items.as_ref(), mode)),
+                    None if sec.optional == Some(true) => {}
+                    None => return Err(VolumeError::NotFound { what: "secret", name: sec.name.clone() }),
+                }
+            }
+            if let Some(d) = &source.downward_api {
+                for item in d.items.iter().flatten() {
+                    if let Some(value) = item.field_ref.as_ref().and_then(|f| pod_field(pod, &f.field_path)) {
+                        files.insert(item.path.clone(), (value.into_bytes(), item.mode.map(|m| m as u32).unwrap_or(mode)));
+                    }
+                }
+            }
+            if let Some(t) = &source.service_account_token {
+                let token = service_account_token(client, pod, ns, t.expiration_seconds.unwrap_or(3607), t.audience.as_deref()).await?;
+                files.insert(t.path.clone(), (token.into_bytes(), 0o600.min(mode)));
+            }
+        }
+        ("kubernetes.io~projected", files)
+    } else {
+        return Err(VolumeError::Unsupported(v.name.clone()));
+    };
+    let dir = volume_dir(pods_dir, uid, plugin, &v.name);
+    write_atomically(&dir, &files).map_err(io)?;
+    Ok(dir)
+}
+
+async fn fetch<K>(client: &kube::Client, ns: &str, name: &str, what: &'static str) -> Result<Option<K>, VolumeError>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    Api::<K>::namespaced(client.clone(), ns).get_opt(name).await.map_err(|source| VolumeError::Api { what, name: name.into(), source })
+}
+
+async fn service_account_token(client: &kube::Client, pod: &Pod, ns: &str, seconds: i64, audience: Option<&str>) -> Result<String, VolumeError> {
+    let sa = pod.spec.as_ref().and_then(|s| s.service_account_name.clone()).unwrap_or_else(|| "default".into());
+    let body = serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"expirationSeconds": seconds.max(600), "audiences": audience.map(|a| vec![a]).unwrap_or_default(),
+                 "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod.metadata.name, "uid": pod.metadata.uid}}});
+    let req = http::Request::post(format!("/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token"))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).unwrap_or_default())
+        .map_err(|e| VolumeError::Io { volume: "token".into(), message: e.to_string() })?;
+    let v: serde_json::Value = client.request(req).await.map_err(|source| VolumeError::Api { what: "serviceaccount token", name: sa.clone(), source })?;
+    Ok(v["status"]["token"].as_str().unwrap_or_default().to_string())
+}
+
+/// The mounts of one container, from its volumeMounts and the prepared volumes.
+pub fn mounts(container: &k8s_openapi::api::core::v1::Container, volumes: &BTreeMap<String, PathBuf>) -> Result<Vec<MountSpec>, VolumeError> {
+    let mut out = Vec::new();
+    for m in container.volume_mounts.iter().flatten() {
+        let Some(base) = volumes.get(&m.name) else {
+            return Err(VolumeError::Undeclared { container: container.name.clone(), volume: m.name.clone() });
+        };
+        let host = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            Some(sub) => base.join(sub),
+            None => base.clone(),
+        };
+        out.push(MountSpec { container_path: m.mount_path.clone(), host_path: host.display().to_string(), read_only: m.read_only.unwrap_or(false) });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn atomic_writes_swap_the_data_link_and_keep_per_key_links() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut files = Files::new();
+        files.insert("a".into(), (b"1".to_vec(), 0o644));
+        files.insert("b".into(), (b"2".to_vec(), 0o600));
+        assert!(write_atomically(tmp.path(), &files).unwrap());
+        assert_eq!(std::fs::read(tmp.path().join("a")).unwrap(), b"1");
+        assert!(!write_atomically(tmp.path(), &files).unwrap(), "unchanged content is not rewritten");
+        files.insert("a".into(), (b"changed".to_vec(), 0o644));
+        files.remove("b");
+        assert!(write_atomically(tmp.path(), &files).unwrap());
+        assert_eq!(std::fs::read(tmp.path().join("a")).unwrap(), b"changed");
+        assert!(std::fs::symlink_metadata(tmp.path().join("b")).is_err(), "a removed key disappears");
+        let stamps = std::fs::read_dir(tmp.path()).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("..2")).count();
+        assert_eq!(stamps, 1, "old generations are removed");
+    }
+
+    #[test]
+    fn configmap_items_select_keys_and_paths() {
+        let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "c"}, "data": {"x": "1", "y": "2"}})).unwrap();
+        let items: Vec<KeyToPath> = serde_json::from_value(json!([{"key": "y", "path": "dir/why", "mode": 0o400}])).unwrap();
+        let f = configmap_files(&cm, Some(&items), 0o644);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f["dir/why"], (b"2".to_vec(), 0o400));
+        assert_eq!(configmap_files(&cm, None, 0o644).len(), 2);
+    }
+
+    #[test]
+    fn downward_fields_of_the_pod() {
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns", "labels": {"app": "web", "tier": "a"}},
+            "spec": {"nodeName": "n1", "containers": []}, "status": {"podIP": "10.42.0.9"}})).unwrap();
+        assert_eq!(pod_field(&pod, "metadata.name").as_deref(), Some("p"));
+        assert_eq!(pod_field(&pod, "metadata.labels").as_deref(), Some("app=\"web\"\ntier=\"a\""));
+        assert_eq!(pod_field(&pod, "metadata.labels['app']").as_deref(), Some("web"));
+        assert_eq!(pod_field(&pod, "spec.nodeName").as_deref(), Some("n1"));
+        assert_eq!(pod_field(&pod, "status.podIP").as_deref(), Some("10.42.0.9"));
+        assert_eq!(pod_field(&pod, "spec.nope"), None);
+    }
+}

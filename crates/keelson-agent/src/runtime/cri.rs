@@ -1,0 +1,253 @@
+//! [`Runtime`] over the Container Runtime Interface (v1) on containerd's unix socket.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use k8s_cri::v1 as cri;
+use k8s_cri::v1::image_service_client::ImageServiceClient;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use tonic::transport::{Channel, Endpoint};
+
+use super::{
+    ContainerInfo, ContainerSpec, ContainerState, ExecResult, ImageInfo, Runtime, RuntimeError, SandboxInfo, SandboxSpec, LABEL_CONTAINER_NAME,
+    LABEL_POD_UID,
+};
+
+/// A CRI client of one runtime socket.
+#[derive(Clone)]
+pub struct CriRuntime {
+    runtime: RuntimeServiceClient<Channel>,
+    images: ImageServiceClient<Channel>,
+}
+
+fn call(name: &'static str) -> impl Fn(tonic::Status) -> RuntimeError {
+    move |s| RuntimeError::Call { call: name, message: s.message().to_string() }
+}
+
+impl CriRuntime {
+    /// Connects to the CRI socket at `socket` (lazily: the first call connects).
+    pub fn connect(socket: &Path) -> Result<Self, RuntimeError> {
+        let path: PathBuf = socket.to_path_buf();
+        let endpoint = Endpoint::try_from("http://[::1]:0").map_err(|e| RuntimeError::Connect { endpoint: socket.display().to_string(), message: e.to_string() })?;
+        let channel = endpoint.timeout(Duration::from_secs(120)).connect_with_connector_lazy(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move { tokio::net::UnixStream::connect(path).await.map(TokioIo::new) }
+        }));
+        Ok(Self { runtime: RuntimeServiceClient::new(channel.clone()), images: ImageServiceClient::new(channel) })
+    }
+}
+
+fn sandbox_config(spec: &SandboxSpec) -> cri::PodSandboxConfig {
+    let mode = if spec.host_network { cri::NamespaceMode::Node } else { cri::NamespaceMode::Pod } as i32;
+    cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata { name: spec.pod_name.clone(), uid: spec.uid.clone(), namespace: spec.namespace.clone(), attempt: spec.attempt }),
+        hostname: spec.hostname.clone(),
+        log_directory: spec.log_directory.clone(),
+        dns_config: Some(cri::DnsConfig { servers: spec.dns_servers.clone(), searches: spec.dns_searches.clone(), options: vec!["ndots:5".into()] }),
+        port_mappings: spec
+            .port_mappings
+            .iter()
+            .map(|p| cri::PortMapping {
+                protocol: match p.protocol.as_str() {
+                    "UDP" => cri::Protocol::Udp,
+                    "SCTP" => cri::Protocol::Sctp,
+                    _ => cri::Protocol::Tcp,
+                } as i32,
+                container_port: p.container_port,
+                host_port: p.host_port,
+                host_ip: p.host_ip.clone(),
+            })
+            .collect(),
+        labels: spec.labels.clone().into_iter().collect(),
+        annotations: HashMap::new(),
+        linux: Some(cri::LinuxPodSandboxConfig {
+            cgroup_parent: spec.cgroup_parent.clone(),
+            security_context: Some(cri::LinuxSandboxSecurityContext {
+                namespace_options: Some(cri::NamespaceOption { network: mode, pid: cri::NamespaceMode::Container as i32, ipc: mode, ..Default::default() }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        windows: None,
+    }
+}
+
+fn state_of(status: &cri::ContainerStatus) -> ContainerState {
+    match cri::ContainerState::try_from(status.state) {
+        Ok(cri::ContainerState::ContainerCreated) => ContainerState::Created,
+        Ok(cri::ContainerState::ContainerRunning) => ContainerState::Running { started_at_ns: status.started_at },
+        Ok(cri::ContainerState::ContainerExited) => ContainerState::Exited {
+            exit_code: status.exit_code,
+            reason: status.reason.clone(),
+            message: status.message.clone(),
+            started_at_ns: status.started_at,
+            finished_at_ns: status.finished_at,
+        },
+        _ => ContainerState::Unknown,
+    }
+}
+
+#[async_trait::async_trait]
+impl Runtime for CriRuntime {
+    async fn version(&self) -> Result<String, RuntimeError> {
+        let v = self.runtime.clone().version(cri::VersionRequest { version: "v1".into() }).await.map_err(call("Version"))?.into_inner();
+        Ok(format!("{}://{}", v.runtime_name, v.runtime_version.trim_start_matches('v')))
+    }
+
+    async fn run_sandbox(&self, spec: &SandboxSpec) -> Result<String, RuntimeError> {
+        let req = cri::RunPodSandboxRequest { config: Some(sandbox_config(spec)), runtime_handler: String::new() };
+        Ok(self.runtime.clone().run_pod_sandbox(req).await.map_err(call("RunPodSandbox"))?.into_inner().pod_sandbox_id)
+    }
+
+    async fn stop_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
+        self.runtime.clone().stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: id.into() }).await.map_err(call("StopPodSandbox"))?;
+        Ok(())
+    }
+
+    async fn remove_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
+        self.runtime.clone().remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.into() }).await.map_err(call("RemovePodSandbox"))?;
+        Ok(())
+    }
+
+    async fn list_sandboxes(&self) -> Result<Vec<SandboxInfo>, RuntimeError> {
+        let mut rt = self.runtime.clone();
+        let items = rt.list_pod_sandbox(cri::ListPodSandboxRequest { filter: None }).await.map_err(call("ListPodSandbox"))?.into_inner().items;
+        let mut out = Vec::with_capacity(items.len());
+        for sb in items {
+            let ready = sb.state == cri::PodSandboxState::SandboxReady as i32;
+            let ip = if ready {
+                match rt.pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: sb.id.clone(), verbose: false }).await {
+                    Ok(r) => r.into_inner().status.and_then(|s| s.network).map(|n| n.ip).filter(|ip| !ip.is_empty()),
+                    Err(e) if e.code() == tonic::Code::NotFound => continue,
+                    Err(e) => return Err(call("PodSandboxStatus")(e)),
+                }
+            } else {
+                None
+            };
+            let meta = sb.metadata.unwrap_or_default();
+            out.push(SandboxInfo {
+                uid: sb.labels.get(LABEL_POD_UID).cloned().unwrap_or(meta.uid),
+                id: sb.id,
+                attempt: meta.attempt,
+                ready,
+                ip,
+                created_at_ns: sb.created_at,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn list_containers(&self) -> Result<Vec<ContainerInfo>, RuntimeError> {
+        let mut rt = self.runtime.clone();
+        let items = rt.list_containers(cri::ListContainersRequest { filter: None }).await.map_err(call("ListContainers"))?.into_inner().containers;
+        let mut out = Vec::with_capacity(items.len());
+        for c in items {
+            let status = match rt.container_status(cri::ContainerStatusRequest { container_id: c.id.clone(), verbose: false }).await {
+                Ok(r) => r.into_inner().status,
+                Err(e) if e.code() == tonic::Code::NotFound => continue,
+                Err(e) => return Err(call("ContainerStatus")(e)),
+            };
+            let Some(status) = status else { continue };
+            let meta = c.metadata.clone().unwrap_or_default();
+            out.push(ContainerInfo {
+                id: c.id.clone(),
+                sandbox_id: c.pod_sandbox_id.clone(),
+                pod_uid: c.labels.get(LABEL_POD_UID).cloned().unwrap_or_default(),
+                name: c.labels.get(LABEL_CONTAINER_NAME).cloned().unwrap_or(meta.name),
+                attempt: meta.attempt,
+                image: status.image.as_ref().map(|i| i.image.clone()).unwrap_or_default(),
+                image_ref: status.image_ref.clone(),
+                created_at_ns: c.created_at,
+                state: state_of(&status),
+            });
+        }
+        Ok(out)
+    }
+
+    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
+        let req = cri::ImageStatusRequest { image: Some(cri::ImageSpec { image: image.into(), ..Default::default() }), verbose: false };
+        Ok(self.images.clone().image_status(req).await.map_err(call("ImageStatus"))?.into_inner().image.map(|i| i.id))
+    }
+
+    async fn pull_image(&self, image: &str) -> Result<String, RuntimeError> {
+        let req = cri::PullImageRequest { image: Some(cri::ImageSpec { image: image.into(), ..Default::default() }), auth: None, sandbox_config: None };
+        Ok(self.images.clone().pull_image(req).await.map_err(call("PullImage"))?.into_inner().image_ref)
+    }
+
+    async fn list_images(&self) -> Result<Vec<ImageInfo>, RuntimeError> {
+        let images = self.images.clone().list_images(cri::ListImagesRequest { filter: None }).await.map_err(call("ListImages"))?.into_inner().images;
+        Ok(images
+            .into_iter()
+            .map(|i| ImageInfo { names: i.repo_tags.into_iter().chain(i.repo_digests).collect(), id: i.id, size_bytes: i.size })
+            .collect())
+    }
+
+    async fn create_container(&self, sandbox_id: &str, sandbox: &SandboxSpec, spec: &ContainerSpec) -> Result<String, RuntimeError> {
+        let r = &spec.resources;
+        let config = cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata { name: spec.name.clone(), attempt: spec.attempt }),
+            image: Some(cri::ImageSpec { image: spec.image.clone(), ..Default::default() }),
+            command: spec.command.clone(),
+            args: spec.args.clone(),
+            working_dir: spec.working_dir.clone(),
+            envs: spec.env.iter().map(|(k, v)| cri::KeyValue { key: k.clone(), value: v.clone() }).collect(),
+            mounts: spec
+                .mounts
+                .iter()
+                .map(|m| cri::Mount { container_path: m.container_path.clone(), host_path: m.host_path.clone(), readonly: m.read_only, ..Default::default() })
+                .collect(),
+            labels: spec.labels.clone().into_iter().collect(),
+            annotations: spec.annotations.clone().into_iter().collect(),
+            log_path: spec.log_path.clone(),
+            stdin: spec.stdin,
+            tty: spec.tty,
+            linux: Some(cri::LinuxContainerConfig {
+                resources: Some(cri::LinuxContainerResources {
+                    cpu_shares: r.cpu_shares,
+                    cpu_quota: r.cpu_quota,
+                    cpu_period: r.cpu_period,
+                    memory_limit_in_bytes: r.memory_limit_bytes,
+                    ..Default::default()
+                }),
+                security_context: Some(cri::LinuxContainerSecurityContext {
+                    privileged: spec.privileged,
+                    run_as_user: spec.run_as_user.map(|value| cri::Int64Value { value }),
+                    namespace_options: Some(cri::NamespaceOption {
+                        network: if sandbox.host_network { cri::NamespaceMode::Node } else { cri::NamespaceMode::Pod } as i32,
+                        pid: cri::NamespaceMode::Container as i32,
+                        ipc: if sandbox.host_network { cri::NamespaceMode::Node } else { cri::NamespaceMode::Pod } as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+            }),
+            ..Default::default()
+        };
+        let req = cri::CreateContainerRequest { pod_sandbox_id: sandbox_id.into(), config: Some(config), sandbox_config: Some(sandbox_config(sandbox)) };
+        Ok(self.runtime.clone().create_container(req).await.map_err(call("CreateContainer"))?.into_inner().container_id)
+    }
+
+    async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
+        self.runtime.clone().start_container(cri::StartContainerRequest { container_id: id.into() }).await.map_err(call("StartContainer"))?;
+        Ok(())
+    }
+
+    async fn stop_container(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
+        let req = cri::StopContainerRequest { container_id: id.into(), timeout: grace.as_secs() as i64 };
+        self.runtime.clone().stop_container(req).await.map_err(call("StopContainer"))?;
+        Ok(())
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
+        self.runtime.clone().remove_container(cri::RemoveContainerRequest { container_id: id.into() }).await.map_err(call("RemoveContainer"))?;
+        Ok(())
+    }
+
+    async fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult, RuntimeError> {
+        let req = cri::ExecSyncRequest { container_id: id.into(), cmd: cmd.to_vec(), timeout: timeout.as_secs().max(1) as i64 };
+        let r = self.runtime.clone().exec_sync(req).await.map_err(call("ExecSync"))?.into_inner();
+        Ok(ExecResult { exit_code: r.exit_code, stdout: r.stdout, stderr: r.stderr })
+    }
+}
