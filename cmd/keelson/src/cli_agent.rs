@@ -43,6 +43,9 @@ pub struct AgentArgs {
     busybox: PathBuf,
     #[arg(long, default_value_t = 110)]
     max_pods: u32,
+    /// Port of the kubelet API (logs) on the node's address; 0 picks a free one.
+    #[arg(long, default_value_t = keelson_agent::kubelet_api::KUBELET_PORT)]
+    kubelet_port: u16,
     /// Cluster DNS servers given to pods.
     #[arg(long = "cluster-dns")]
     cluster_dns: Vec<String>,
@@ -163,6 +166,8 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         manage_routes: !args.no_routes,
         stop_pods_on_exit: args.stop_pods_on_exit,
         with_portmap: Path::new("/usr/lib/cni/portmap").exists() && which("iptables"),
+        kubelet_port: args.kubelet_port,
+        ca_pem: ca.clone(),
     };
     eprintln!("node {name} ({node_ip}) running; Ctrl-C stops the agent{}", if args.stop_pods_on_exit { " and its pods" } else { " (pods keep running)" });
     let result = keelson_agent::agent::run(client, runtime, cfg, shutdown).await;

@@ -293,6 +293,37 @@ async fn agent_runs_pods_in_real_containers() {
     assert_eq!(container_status(&done)["state"]["terminated"]["reason"], "Completed");
     pod_where(&pods, "never", "ErrImageNeverPull", |p| container_status(p)["state"]["waiting"]["reason"] == "ErrImageNeverPull").await;
 
+    // Logs through the API server from the node's agent: current, previous, tail, follow.
+    let lp = |c: &str| kube::api::LogParams { container: Some(c.into()), ..Default::default() };
+    let logs = pods.logs("mix", &lp("app")).await.unwrap();
+    assert!(logs.starts_with("init-done\nhello mix fast\nconf=hello\n"), "{logs:?}");
+    assert_eq!(pods.logs("mix", &lp("setup")).await.unwrap(), "", "the init container printed nothing to stdout");
+    let tail = pods.logs("mix", &kube::api::LogParams { container: Some("app".into()), tail_lines: Some(1), ..Default::default() }).await.unwrap();
+    assert!(tail.starts_with("labels="), "{tail:?}");
+    let stamped = pods.logs("done", &kube::api::LogParams { timestamps: true, ..Default::default() }).await.unwrap();
+    assert!(stamped.ends_with("Z ok\n") && stamped.starts_with("20"), "{stamped:?}");
+    let previous = pods.logs("crash", &kube::api::LogParams { previous: true, ..Default::default() }).await;
+    assert_eq!(previous.unwrap(), "", "crash's previous instance exists (and printed nothing)");
+    match pods.logs("mix", &kube::api::LogParams { previous: true, container: Some("app".into()), ..Default::default() }).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.message, "previous terminated container \"app\" in pod \"mix\" not found"),
+        other => panic!("no previous instance of mix/app yet: {other:?}"),
+    }
+    let only = pods.logs("mix", &kube::api::LogParams::default()).await.unwrap();
+    assert!(only.starts_with("init-done"), "the pod's only app container is the default: {only:?}");
+    pods.create(&pp, &bound("ticker", json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": IMG, "command": ["sh", "-c", "for i in 1 2 3; do echo tick $i; sleep 1; done"]}]}))).await.unwrap();
+    pod_where(&pods, "ticker", "running", |p| phase(p) == "Running").await;
+    let followed = {
+        use futures::AsyncBufReadExt;
+        let stream = pods.log_stream("ticker", &kube::api::LogParams { follow: true, ..Default::default() }).await.unwrap();
+        let mut lines = stream.lines();
+        let mut got = Vec::new();
+        while let Some(l) = futures::StreamExt::next(&mut lines).await {
+            got.push(l.unwrap());
+        }
+        got
+    };
+    assert_eq!(followed, ["tick 1", "tick 2", "tick 3"], "logs -f streams every line and ends when the container does");
+
     let reasons: Vec<String> = events_of(&client, "web").await.into_iter().map(|(r, _)| r).collect();
     for r in ["Scheduled", "Pulled", "Created", "Started"] {
         assert!(reasons.iter().any(|x| x == r), "web's events {reasons:?} lack {r}");
@@ -309,14 +340,19 @@ async fn agent_runs_pods_in_real_containers() {
     let _ = mix;
 
     // kubectl shows it as users know it.
-    let k = Command::new("kubectl").arg("--kubeconfig").arg(&kubeconfig).args(["get", "pods", "-o", "wide"]).output();
-    if let Ok(k) = k {
-        if k.status.success() {
-            let text = String::from_utf8_lossy(&k.stdout);
-            assert!(text.lines().any(|l| l.starts_with("web ") && l.contains("Running") && l.contains(&web_ip) && l.contains("n1")), "{text}");
-            assert!(text.lines().any(|l| l.starts_with("done ") && l.contains("Completed")), "{text}");
-        }
-    }
+    let kubectl = |args: &[&str]| {
+        let o = Command::new("kubectl").arg("--kubeconfig").arg(&kubeconfig).args(args).output().expect("kubectl (the kubectl tests need it too)");
+        assert!(o.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let text = kubectl(&["get", "pods", "-o", "wide"]);
+    assert!(text.lines().any(|l| l.starts_with("web ") && l.contains("Running") && l.contains(&web_ip) && l.contains("n1")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("done ") && l.contains("Completed")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("crash ") && l.contains("CrashLoopBackOff")), "{text}");
+    assert_eq!(kubectl(&["logs", "ticker"]), "tick 1\ntick 2\ntick 3\n");
+    assert!(kubectl(&["logs", "mix", "-c", "app", "--tail=1"]).starts_with("labels="));
+    let described = kubectl(&["describe", "pod", "crash"]);
+    assert!(described.contains("CrashLoopBackOff") && described.contains("Back-off restarting failed container c"), "{described}");
 
     // The agent is killed; a pod is deleted while it is down; the restarted agent adopts
     // the running web pod (same container, no restart) and removes the deleted one.

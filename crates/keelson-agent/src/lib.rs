@@ -6,6 +6,7 @@
 //! - [`pod`]: what to do for one pod (pure), and doing it;
 //! - [`containerd`], [`cni`], [`images`]: the node's own containerd, pod network and
 //!   offline images;
+//! - [`kubelet_api`]: the HTTPS API the API server reaches on port 10250 (logs);
 //! - [`status`]: the Node and pod status an agent reports (pure);
 //! - [`hollow`]: hollow nodes (as kubemark's): Nodes with capacity and heartbeats whose
 //!   bound pods are reported Running and Ready without containers (simulated), so tests
@@ -16,6 +17,7 @@ pub mod cni;
 pub mod containerd;
 pub mod hollow;
 pub mod images;
+pub mod kubelet_api;
 pub mod pod;
 pub mod runtime;
 pub mod status;

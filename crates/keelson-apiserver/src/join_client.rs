@@ -33,7 +33,7 @@ pub enum JoinError {
 }
 
 #[derive(Debug)]
-struct AcceptAnyServer(Arc<rustls::crypto::CryptoProvider>);
+pub(crate) struct AcceptAnyServer(pub(crate) Arc<rustls::crypto::CryptoProvider>);
 
 impl ServerCertVerifier for AcceptAnyServer {
     fn verify_server_cert(&self, _: &CertificateDer<'_>, _: &[CertificateDer<'_>], _: &ServerName<'_>, _: &[u8], _: UnixTime) -> Result<ServerCertVerified, rustls::Error> {

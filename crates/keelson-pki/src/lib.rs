@@ -198,6 +198,16 @@ impl ClusterCa {
     }
 }
 
+/// The Kubernetes identity in a (verified) client certificate, DER: CN = user and every
+/// O attribute of the subject a group, in order.
+pub fn client_identity(der: &[u8]) -> Option<(String, Vec<String>)> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(der).ok()?;
+    let subject = parsed.subject();
+    let user = subject.iter_common_name().next()?.as_str().ok()?.to_string();
+    let groups = subject.iter_organization().filter_map(|o| o.as_str().ok().map(String::from)).collect();
+    Some((user, groups))
+}
+
 /// When a PEM certificate expires (Unix seconds), and its subject common name.
 pub fn certificate_expiry(cert_pem: &str) -> Result<(i64, String), PkiError> {
     let (_, pem) = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes()).map_err(|e| PkiError::Unsupported(format!("not a PEM certificate: {e}")))?;

@@ -43,6 +43,10 @@ pub struct AgentConfig {
     pub stop_pods_on_exit: bool,
     /// Whether the CNI `portmap` plugin (hostPort) can be used.
     pub with_portmap: bool,
+    /// The kubelet API port (10250; 0 picks a free one) on the node's address.
+    pub kubelet_port: u16,
+    /// The cluster CA (PEM) whose client certificates the kubelet API accepts.
+    pub ca_pem: String,
 }
 
 struct PodWorker {
@@ -53,6 +57,13 @@ struct PodWorker {
 
 /// Runs the agent until `shutdown`.
 pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConfig, shutdown: CancellationToken) -> Result<(), NodeError> {
+    let logs_dir = cfg.data_dir.join("logs/pods");
+    let listen = std::net::SocketAddr::new(cfg.node_ip.into(), cfg.kubelet_port);
+    let kubelet = crate::kubelet_api::serve(listen, client.clone(), runtime.clone(), &cfg.node_name, &cfg.node_ip.to_string(), &cfg.ca_pem, &logs_dir, shutdown.clone())
+        .await
+        .map_err(NodeError::KubeletApi)?;
+    let mut cfg = cfg;
+    cfg.kubelet_port = kubelet.port();
     let reporter = NodeReporter::new(client.clone(), runtime.clone(), cfg.clone());
     reporter.register().await?;
     let pod_cidr = reporter.wait_pod_cidr(&shutdown).await?;
@@ -67,7 +78,7 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
         node_name: cfg.node_name.clone(),
         host_ip: cfg.node_ip.to_string(),
         pods_dir: cfg.data_dir.join("pods"),
-        logs_dir: cfg.data_dir.join("logs/pods"),
+        logs_dir,
         dns_servers: cfg.dns_servers.clone(),
         dns_searches: Vec::new(),
     });

@@ -21,6 +21,8 @@ use crate::status::{node_status_of, NodeFacts};
 pub enum NodeError {
     #[error("registering node {node}: {source}")]
     Register { node: String, #[source] source: kube::Error },
+    #[error("the kubelet API: {0}")]
+    KubeletApi(#[source] crate::kubelet_api::KubeletApiError),
     #[error("writing the CNI configuration {path}: {source}")]
     Cni { path: String, #[source] source: std::io::Error },
 }
@@ -119,7 +121,7 @@ impl NodeReporter {
             kernel_version,
             os_image,
             runtime_version,
-            kubelet_port: 10250,
+            kubelet_port: self.cfg.kubelet_port,
             images,
         };
         (facts, health)

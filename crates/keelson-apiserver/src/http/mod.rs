@@ -4,6 +4,7 @@ mod discovery;
 mod list;
 mod patch;
 mod node_admission;
+mod node_proxy;
 mod review;
 pub mod negotiate;
 pub mod request;
@@ -94,6 +95,8 @@ pub(crate) struct ApiState {
     pub ca_pem: String,
     pub metrics: crate::metrics::ApiMetrics,
     pub watch_cache: Arc<crate::watch_cache::WatchCache>,
+    /// How this server reaches node agents (logs); `None` without the CA key.
+    pub kubelet: Option<node_proxy::KubeletClient>,
 }
 
 /// Longest a client's TLS handshake may take before its connection is dropped.
@@ -145,6 +148,13 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
         ca_pem: cfg.client_ca_pem.clone(),
         metrics: Default::default(),
         watch_cache: crate::watch_cache::WatchCache::new(store.clone(), shutdown.clone()),
+        kubelet: cfg.join.as_ref().and_then(|j| match node_proxy::KubeletClient::new(j) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                tracing::warn!(error = %e, "no kubelet client identity: pods/log is unavailable");
+                None
+            }
+        }),
     });
     if let Some(id) = cfg.identity.clone() {
         tokio::spawn(crate::identity_lease::keep(state.registry.clone(), id, shutdown.clone()));

@@ -152,10 +152,12 @@ pub(crate) async fn handle(
             if node.is_empty() {
                 return Err(ApiError::BadRequest(format!("pod {name} does not have a host assigned")));
             }
-            Err(ApiError::Unavailable(format!(
-                "cannot reach the node agent of node {node:?} for pods/{}: no keelson agent is registered for that node",
-                sub.name()
-            )))
+            if sub == Subresource::Log {
+                let nodes = catalog::lookup("", "v1", "nodes").ok_or(ApiError::NoRoute)?;
+                let node_obj = reg.get(nodes, None, node).await?;
+                return super::node_proxy::pod_log(state.kubelet.as_ref(), &pod.obj, &node_obj.obj, &q).await;
+            }
+            Err(ApiError::Unavailable(format!("pods/{} is not served yet: node agents answer pods/log only", sub.name())))
         }
         _ => Err(ApiError::MethodNotAllowed),
     }

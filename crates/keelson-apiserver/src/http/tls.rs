@@ -50,9 +50,6 @@ pub fn server_config(cert: Arc<ReloadableCert>, client_ca_pem: &str) -> Result<S
 /// The identity in a verified client certificate: CN = user, and every O attribute of
 /// the subject a group, in order (as Kubernetes reads them).
 pub fn identity_of(cert: &CertificateDer<'_>) -> Option<Identity> {
-    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
-    let subject = parsed.subject();
-    let user = subject.iter_common_name().next()?.as_str().ok()?.to_string();
-    let groups = subject.iter_organization().filter_map(|o| o.as_str().ok().map(String::from)).collect();
+    let (user, groups) = keelson_pki::client_identity(cert.as_ref())?;
     Some(Identity { user, groups })
 }

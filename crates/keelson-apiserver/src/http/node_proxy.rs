@@ -1,0 +1,142 @@
+//! The node-agent subresources of pods: the API server calls the agent of the pod's node
+//! on its kubelet API (`https://<InternalIP>:<daemonEndpoints.kubeletEndpoint.Port>`) as
+//! user `kube-apiserver-kubelet-client` (group `system:masters`), with a certificate it
+//! issues itself from the cluster CA, and streams the answer back. Like kube-apiserver
+//! without `--kubelet-certificate-authority`, it does not verify the agent's
+//! self-signed serving certificate.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::response::Response;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::join::JoinMaterial;
+
+/// The user the API server is on the agents' APIs.
+pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
+
+/// TLS client configuration for agents' APIs.
+pub(crate) struct KubeletClient {
+    tls: Arc<rustls::ClientConfig>,
+}
+
+impl KubeletClient {
+    /// Issues the API server's kubelet client certificate from the cluster CA.
+    pub(crate) fn new(join: &JoinMaterial) -> Result<Self, String> {
+        let ca = keelson_pki::ClusterCa::from_pem(&join.ca_cert_pem, &join.ca_key_pem).map_err(|e| e.to_string())?;
+        let cert = ca.issue_client(KUBELET_CLIENT_USER, &["system:masters"]).map_err(|e| e.to_string())?;
+        let chain: Vec<_> = rustls_pemfile::certs(&mut cert.cert_pem.as_bytes()).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+        let key = rustls_pemfile::private_key(&mut cert.key_pem.as_bytes()).map_err(|e| e.to_string())?.ok_or("no private key")?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(crate::join_client::AcceptAnyServer(provider)))
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| e.to_string())?;
+        Ok(Self { tls: Arc::new(tls) })
+    }
+
+    /// `GET path` on the agent at `addr`; the response streams through.
+    async fn get(&self, addr: &str, host: &str, path: &str) -> Result<Response, ApiError> {
+        let unreachable = |e: &dyn std::fmt::Display| ApiError::Unavailable(format!("Get \"https://{addr}{path}\": {e}"));
+        let tcp = tokio::time::timeout(std::time::Duration::from_secs(10), tokio::net::TcpStream::connect(addr))
+            .await
+            .map_err(|_| unreachable(&"dial tcp: i/o timeout"))?
+            .map_err(|e| unreachable(&format!("dial tcp {addr}: connect: {e}")))?;
+        let name = ServerName::try_from(host.to_string()).map_err(|e| unreachable(&e))?;
+        let tls = tokio_rustls::TlsConnector::from(self.tls.clone()).connect(name, tcp).await.map_err(|e| unreachable(&e))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.map_err(|e| unreachable(&e))?;
+        tokio::spawn(conn);
+        let req = http::Request::get(path).header("host", addr).body(http_body_util::Empty::<bytes::Bytes>::new()).expect("a valid request");
+        let resp = sender.send_request(req).await.map_err(|e| unreachable(&e))?;
+        let (parts, body) = resp.into_parts();
+        Ok(Response::from_parts(parts, Body::new(body)))
+    }
+}
+
+/// The agent address of a Node: its InternalIP (else Hostname) and kubelet port.
+pub(crate) fn kubelet_address(node: &Value) -> Option<(String, String)> {
+    let addresses = node.pointer("/status/addresses")?.as_array()?;
+    let pick = |t: &str| addresses.iter().find(|a| a["type"] == t).and_then(|a| a["address"].as_str()).map(String::from);
+    let host = pick("InternalIP").or_else(|| pick("Hostname"))?;
+    let port = node.pointer("/status/daemonEndpoints/kubeletEndpoint/Port").and_then(Value::as_u64).filter(|p| *p > 0).unwrap_or(10250);
+    let addr = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+    Some((addr, host))
+}
+
+/// The container a `pods/log` request means: the named one, or the only one.
+pub(crate) fn log_container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String, ApiError> {
+    let names = |key: &str| -> Vec<String> {
+        pod.pointer(&format!("/spec/{key}")).and_then(Value::as_array).into_iter().flatten().filter_map(|c| c["name"].as_str().map(String::from)).collect()
+    };
+    let (containers, inits) = (names("containers"), names("initContainers"));
+    match asked {
+        Some(c) if containers.iter().chain(inits.iter()).any(|n| n == c) => Ok(c.to_string()),
+        Some(c) => Err(ApiError::BadRequest(format!("container {c} is not valid for pod {name}"))),
+        None if containers.len() == 1 => Ok(containers[0].clone()),
+        None => {
+            let mut msg = format!("a container name must be specified for pod {name}, choose one of: [{}]", containers.join(" "));
+            if !inits.is_empty() {
+                msg.push_str(&format!(" or one of the init containers: [{}]", inits.join(" ")));
+            }
+            Err(ApiError::BadRequest(msg))
+        }
+    }
+}
+
+const LOG_OPTIONS: &[&str] = &["follow", "previous", "timestamps", "sinceSeconds", "sinceTime", "tailLines", "limitBytes"];
+
+/// `GET pods/NAME/log`: the container's log from its node's agent.
+pub(crate) async fn pod_log(kubelet: Option<&KubeletClient>, pod: &Value, node: &Value, q: &HashMap<String, String>) -> Result<Response, ApiError> {
+    let name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let ns = pod.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
+    let container = log_container(pod, name, q.get("container").map(String::as_str))?;
+    let Some(kubelet) = kubelet else { return Err(ApiError::Unavailable("this API server has no kubelet client identity (no cluster CA key)".into())) };
+    let node_name = node.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let Some((addr, host)) = kubelet_address(node) else { return Err(ApiError::Unavailable(format!("node {node_name:?} reports no address")) ) };
+    let query: Vec<String> = LOG_OPTIONS.iter().filter_map(|k| q.get(*k).map(|v| format!("{k}={}", urlencode(v)))).collect();
+    let path = format!("/containerLogs/{ns}/{name}/{container}{}{}", if query.is_empty() { "" } else { "?" }, query.join("&"));
+    kubelet.get(&addr, &host, &path).await
+}
+
+fn urlencode(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_only_container_or_the_named_one() {
+        let pod = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}], "initContainers": [{"name": "i"}]}});
+        assert_eq!(log_container(&pod, "p", Some("b")).unwrap(), "b");
+        assert_eq!(log_container(&pod, "p", Some("i")).unwrap(), "i");
+        let e = log_container(&pod, "p", None).unwrap_err().to_string();
+        assert!(e.contains("a container name must be specified for pod p, choose one of: [a b] or one of the init containers: [i]"), "{e}");
+        assert!(log_container(&pod, "p", Some("z")).unwrap_err().to_string().contains("container z is not valid for pod p"));
+        let one = json!({"spec": {"containers": [{"name": "only"}]}});
+        assert_eq!(log_container(&one, "p", None).unwrap(), "only");
+    }
+
+    #[test]
+    fn agents_are_reached_on_their_internal_ip_and_kubelet_port() {
+        let node = json!({"status": {"addresses": [{"type": "Hostname", "address": "n1"}, {"type": "InternalIP", "address": "10.0.0.5"}], "daemonEndpoints": {"kubeletEndpoint": {"Port": 10251}}}});
+        assert_eq!(kubelet_address(&node), Some(("10.0.0.5:10251".into(), "10.0.0.5".into())));
+        assert_eq!(kubelet_address(&json!({"status": {"addresses": [{"type": "Hostname", "address": "n2"}]}})), Some(("n2:10250".into(), "n2".into())));
+        assert_eq!(urlencode("2026-01-01T00:00:00Z"), "2026-01-01T00%3A00%3A00Z");
+    }
+}
