@@ -351,6 +351,12 @@ async fn agent_runs_pods_in_real_containers() {
     assert!(text.lines().any(|l| l.starts_with("crash ") && l.contains("CrashLoopBackOff")), "{text}");
     assert_eq!(kubectl(&["logs", "ticker"]), "tick 1\ntick 2\ntick 3\n");
     assert!(kubectl(&["logs", "mix", "-c", "app", "--tail=1"]).starts_with("labels="));
+    // exec over WebSocket through the API server to the agent and containerd.
+    let o = Command::new("kubectl").arg("--kubeconfig").arg(&kubeconfig).args(["exec", "mix", "-c", "app", "--", "sh", "-c", "echo out; echo err >&2; cat /work/ready; exit 7"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(7), "exec's exit code: {}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "out\ninit-done\n");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("err"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(kubectl(&["exec", "web", "--", "cat", "/www/index.html"]), "hello from keelson\n");
     let described = kubectl(&["describe", "pod", "crash"]);
     assert!(described.contains("CrashLoopBackOff") && described.contains("Back-off restarting failed container c"), "{described}");
 

@@ -1,5 +1,5 @@
 //! The agent's HTTPS API on port 10250, as the kubelet's: the API server reaches it for
-//! `pods/log` (and, later, exec, attach and port-forward). Callers authenticate with a
+//! `pods/log` and `pods/exec` (attach and port-forward are not served yet). Callers authenticate with a
 //! client certificate of the cluster CA and are authorized by a SubjectAccessReview on
 //! the node (`nodes/proxy`, `nodes/log`, `nodes/stats`), as the kubelet's webhook mode
 //! does; answers are cached 5 minutes (allowed) or 30 seconds (denied).
@@ -7,6 +7,7 @@
 //! The serving certificate is self-signed at start (the kubelet's default); the API
 //! server, like kube-apiserver without `--kubelet-certificate-authority`, does not check it.
 
+pub mod exec;
 pub mod logs;
 
 use std::collections::HashMap;
@@ -41,12 +42,12 @@ pub enum KubeletApiError {
 
 /// Who called, from the client certificate.
 #[derive(Clone, Debug)]
-struct Caller {
+pub(crate) struct Caller {
     user: String,
     groups: Vec<String>,
 }
 
-struct ApiState {
+pub(crate) struct ApiState {
     client: kube::Client,
     runtime: Arc<dyn Runtime>,
     node: String,
@@ -63,6 +64,8 @@ pub async fn serve(listen: SocketAddr, client: kube::Client, runtime: Arc<dyn Ru
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs))
+        .route("/exec/{namespace}/{pod}/{container}", get(exec::exec).post(exec::exec))
+        .route("/exec/{namespace}/{pod}/{uid}/{container}", get(exec::exec).post(exec::exec))
         .with_state(state);
     let (accept, mut incoming) = keelson_client::tls::spawn_accept(listener, tls, Duration::from_secs(10), shutdown.clone());
     tokio::spawn(async move {
@@ -112,14 +115,14 @@ fn tls_config(node: &str, node_ip: &str, ca_pem: &str) -> Result<rustls::ServerC
     Ok(cfg)
 }
 
-fn status(code: StatusCode, reason: &str, message: String) -> Response<Body> {
+pub(crate) fn status(code: StatusCode, reason: &str, message: String) -> Response<Body> {
     let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code.as_u16()});
     Response::builder().status(code).header("content-type", "application/json").body(Body::from(body.to_string())).expect("a valid response")
 }
 
 impl ApiState {
     /// Whether `caller` may `verb` `nodes/<sub>` of this node (SubjectAccessReview).
-    async fn authorized(&self, caller: &Caller, verb: &'static str, sub: &'static str) -> bool {
+    pub(crate) async fn authorized(&self, caller: &Caller, verb: &'static str, sub: &'static str) -> bool {
         let key = (caller.user.clone(), caller.groups.clone(), verb, sub);
         if let Some((allowed, until)) = self.decisions.lock().expect("lock").get(&key) {
             if Instant::now() < *until {

@@ -17,7 +17,7 @@ fn sandbox(ready: bool) -> SandboxInfo {
 }
 
 fn container(name: &str, attempt: u32, state: ContainerState) -> ContainerInfo {
-    ContainerInfo { id: format!("{name}-{attempt}"), sandbox_id: "sb".into(), pod_uid: "u".into(), name: name.into(), attempt, image: "img".into(), image_ref: "sha256:x".into(), created_at_ns: attempt as i64, state }
+    ContainerInfo { id: format!("{name}-{attempt}"), sandbox_id: "sb".into(), pod_uid: "u".into(), pod_name: "p".into(), pod_namespace: "default".into(), name: name.into(), attempt, image: "img".into(), image_ref: "sha256:x".into(), created_at_ns: attempt as i64, state }
 }
 
 fn exited(code: i32, started: i64, finished: i64) -> ContainerState {

@@ -14,7 +14,7 @@ fn pod(v: serde_json::Value) -> Pod {
 }
 
 fn info(name: &str, attempt: u32, state: ContainerState) -> ContainerInfo {
-    ContainerInfo { id: format!("{name}{attempt}"), sandbox_id: "sb".into(), pod_uid: "u1".into(), name: name.into(), attempt, image: "i".into(), image_ref: "sha256:abc".into(), created_at_ns: attempt as i64, state }
+    ContainerInfo { id: format!("{name}{attempt}"), sandbox_id: "sb".into(), pod_uid: "u1".into(), pod_name: "p".into(), pod_namespace: "ns".into(), name: name.into(), attempt, image: "i".into(), image_ref: "sha256:abc".into(), created_at_ns: attempt as i64, state }
 }
 
 fn observed(containers: Vec<ContainerInfo>) -> Observed {

@@ -11,8 +11,8 @@ use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::{Channel, Endpoint};
 
 use super::{
-    ContainerInfo, ContainerSpec, ContainerState, ExecResult, ImageInfo, Runtime, RuntimeError, SandboxInfo, SandboxSpec, LABEL_CONTAINER_NAME,
-    LABEL_POD_UID,
+    ContainerInfo, ContainerSpec, ContainerState, ExecResult, ImageInfo, Runtime, RuntimeError, SandboxInfo, SandboxSpec, Streams, LABEL_CONTAINER_NAME,
+    LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID,
 };
 
 /// A CRI client of one runtime socket.
@@ -155,6 +155,8 @@ impl Runtime for CriRuntime {
                 id: c.id.clone(),
                 sandbox_id: c.pod_sandbox_id.clone(),
                 pod_uid: c.labels.get(LABEL_POD_UID).cloned().unwrap_or_default(),
+                pod_name: c.labels.get(LABEL_POD_NAME).cloned().unwrap_or_default(),
+                pod_namespace: c.labels.get(LABEL_POD_NAMESPACE).cloned().unwrap_or_default(),
                 name: c.labels.get(LABEL_CONTAINER_NAME).cloned().unwrap_or(meta.name),
                 attempt: meta.attempt,
                 image: status.image.as_ref().map(|i| i.image.clone()).unwrap_or_default(),
@@ -249,5 +251,10 @@ impl Runtime for CriRuntime {
         let req = cri::ExecSyncRequest { container_id: id.into(), cmd: cmd.to_vec(), timeout: timeout.as_secs().max(1) as i64 };
         let r = self.runtime.clone().exec_sync(req).await.map_err(call("ExecSync"))?.into_inner();
         Ok(ExecResult { exit_code: r.exit_code, stdout: r.stdout, stderr: r.stderr })
+    }
+
+    async fn exec_stream(&self, id: &str, cmd: &[String], s: Streams) -> Result<String, RuntimeError> {
+        let req = cri::ExecRequest { container_id: id.into(), cmd: cmd.to_vec(), tty: s.tty, stdin: s.stdin, stdout: s.stdout, stderr: s.stderr && !s.tty };
+        Ok(self.runtime.clone().exec(req).await.map_err(call("Exec"))?.into_inner().url)
     }
 }

@@ -114,6 +114,8 @@ pub struct ContainerInfo {
     pub id: String,
     pub sandbox_id: String,
     pub pod_uid: String,
+    pub pod_name: String,
+    pub pod_namespace: String,
     pub name: String,
     pub attempt: u32,
     pub image: String,
@@ -159,4 +161,15 @@ pub trait Runtime: Send + Sync + 'static {
     async fn stop_container(&self, id: &str, grace: Duration) -> Result<(), RuntimeError>;
     async fn remove_container(&self, id: &str) -> Result<(), RuntimeError>;
     async fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult, RuntimeError>;
+    /// A streaming exec session: the URL of the runtime's streaming server serving it.
+    async fn exec_stream(&self, id: &str, cmd: &[String], streams: Streams) -> Result<String, RuntimeError>;
+}
+
+/// Which streams an exec session carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Streams {
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    pub tty: bool,
 }

@@ -43,21 +43,58 @@ impl KubeletClient {
         Ok(Self { tls: Arc::new(tls) })
     }
 
-    /// `GET path` on the agent at `addr`; the response streams through.
-    async fn get(&self, addr: &str, host: &str, path: &str) -> Result<Response, ApiError> {
-        let unreachable = |e: &dyn std::fmt::Display| ApiError::Unavailable(format!("Get \"https://{addr}{path}\": {e}"));
+    /// An HTTP/1.1 connection (upgrades allowed) to the agent at `addr`.
+    async fn connect(&self, addr: &str, host: &str) -> Result<hyper::client::conn::http1::SendRequest<http_body_util::Empty<bytes::Bytes>>, ApiError> {
+        let unreachable = |e: &dyn std::fmt::Display| ApiError::Unavailable(format!("dialing the node agent at {addr}: {e}"));
         let tcp = tokio::time::timeout(std::time::Duration::from_secs(10), tokio::net::TcpStream::connect(addr))
             .await
             .map_err(|_| unreachable(&"dial tcp: i/o timeout"))?
             .map_err(|e| unreachable(&format!("dial tcp {addr}: connect: {e}")))?;
         let name = ServerName::try_from(host.to_string()).map_err(|e| unreachable(&e))?;
         let tls = tokio_rustls::TlsConnector::from(self.tls.clone()).connect(name, tcp).await.map_err(|e| unreachable(&e))?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.map_err(|e| unreachable(&e))?;
-        tokio::spawn(conn);
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.map_err(|e| unreachable(&e))?;
+        tokio::spawn(conn.with_upgrades());
+        Ok(sender)
+    }
+
+    /// `GET path` on the agent at `addr`; the response streams through.
+    async fn get(&self, addr: &str, host: &str, path: &str) -> Result<Response, ApiError> {
+        let mut sender = self.connect(addr, host).await?;
         let req = http::Request::get(path).header("host", addr).body(http_body_util::Empty::<bytes::Bytes>::new()).expect("a valid request");
-        let resp = sender.send_request(req).await.map_err(|e| unreachable(&e))?;
+        let resp = sender.send_request(req).await.map_err(|e| ApiError::Unavailable(format!("Get \"https://{addr}{path}\": {e}")))?;
         let (parts, body) = resp.into_parts();
         Ok(Response::from_parts(parts, Body::new(body)))
+    }
+
+    /// Sends `req`'s method and upgrade headers to `path` on the agent; a `101` answer
+    /// joins the two upgraded connections byte for byte until either side closes.
+    async fn upgrade(&self, addr: &str, host: &str, path: &str, mut req: axum::extract::Request) -> Result<Response, ApiError> {
+        let mut sender = self.connect(addr, host).await?;
+        let mut upstream = http::Request::builder().method(req.method().clone()).uri(path).header("host", addr);
+        for (k, v) in req.headers() {
+            let name = k.as_str();
+            if matches!(name, "connection" | "upgrade" | "x-stream-protocol-version") || name.starts_with("sec-websocket-") {
+                upstream = upstream.header(k, v);
+            }
+        }
+        let upstream = upstream.body(http_body_util::Empty::<bytes::Bytes>::new()).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let client_side = hyper::upgrade::on(&mut req);
+        let mut resp = sender.send_request(upstream).await.map_err(|e| ApiError::Unavailable(format!("the node agent at {addr}: {e}")))?;
+        if resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+            let (parts, body) = resp.into_parts();
+            return Ok(Response::from_parts(parts, Body::new(body)));
+        }
+        let agent_side = hyper::upgrade::on(&mut resp);
+        tokio::spawn(async move {
+            let (Ok(client), Ok(agent)) = tokio::join!(client_side, agent_side) else { return };
+            let (mut client, mut agent) = (TokioIo::new(client), TokioIo::new(agent));
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut agent).await;
+        });
+        let mut out = Response::builder().status(http::StatusCode::SWITCHING_PROTOCOLS);
+        for (k, v) in resp.headers() {
+            out = out.header(k, v);
+        }
+        out.body(Body::empty()).map_err(|e| ApiError::Internal(e.to_string()))
     }
 }
 
@@ -104,6 +141,36 @@ pub(crate) async fn pod_log(kubelet: Option<&KubeletClient>, pod: &Value, node: 
     let query: Vec<String> = LOG_OPTIONS.iter().filter_map(|k| q.get(*k).map(|v| format!("{k}={}", urlencode(v)))).collect();
     let path = format!("/containerLogs/{ns}/{name}/{container}{}{}", if query.is_empty() { "" } else { "?" }, query.join("&"));
     kubelet.get(&addr, &host, &path).await
+}
+
+/// `GET|POST pods/NAME/exec`: the upgraded (WebSocket) session of the pod's node agent.
+pub(crate) async fn pod_exec(kubelet: Option<&KubeletClient>, pod: &Value, node: &Value, req: axum::extract::Request) -> Result<Response, ApiError> {
+    let name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let ns = pod.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
+    let raw = req.uri().query().unwrap_or("").to_string();
+    let pairs: Vec<(&str, &str)> = raw.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, ""))).collect();
+    let asked = pairs.iter().find(|(k, _)| *k == "container").map(|(_, v)| *v);
+    let container = log_container(pod, name, asked)?;
+    if !pairs.iter().any(|(k, _)| *k == "command") {
+        return Err(ApiError::BadRequest("you must specify at least 1 command".into()));
+    }
+    let mut query = Vec::new();
+    for (k, v) in &pairs {
+        let on = *v == "true" || *v == "1";
+        match *k {
+            "command" => query.push(format!("command={v}")),
+            "stdin" if on => query.push("input=1".into()),
+            "stdout" if on => query.push("output=1".into()),
+            "stderr" if on => query.push("error=1".into()),
+            "tty" if on => query.push("tty=1".into()),
+            _ => {}
+        }
+    }
+    let Some(kubelet) = kubelet else { return Err(ApiError::Unavailable("this API server has no kubelet client identity (no cluster CA key)".into())) };
+    let node_name = node.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let Some((addr, host)) = kubelet_address(node) else { return Err(ApiError::Unavailable(format!("node {node_name:?} reports no address"))) };
+    let path = format!("/exec/{ns}/{name}/{container}?{}", query.join("&"));
+    kubelet.upgrade(&addr, &host, &path, req).await
 }
 
 fn urlencode(v: &str) -> String {

@@ -152,12 +152,12 @@ pub(crate) async fn handle(
             if node.is_empty() {
                 return Err(ApiError::BadRequest(format!("pod {name} does not have a host assigned")));
             }
+            let nodes = catalog::lookup("", "v1", "nodes").ok_or(ApiError::NoRoute)?;
+            let node_obj = reg.get(nodes, None, node).await?;
             if sub == Subresource::Log {
-                let nodes = catalog::lookup("", "v1", "nodes").ok_or(ApiError::NoRoute)?;
-                let node_obj = reg.get(nodes, None, node).await?;
                 return super::node_proxy::pod_log(state.kubelet.as_ref(), &pod.obj, &node_obj.obj, &q).await;
             }
-            Err(ApiError::Unavailable(format!("pods/{} is not served yet: node agents answer pods/log only", sub.name())))
+            super::node_proxy::pod_exec(state.kubelet.as_ref(), &pod.obj, &node_obj.obj, req).await
         }
         _ => Err(ApiError::MethodNotAllowed),
     }
