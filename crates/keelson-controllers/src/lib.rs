@@ -9,6 +9,7 @@
 //! ownerReferences of the objects these controllers make. The workload controllers
 //! ([`job`], …) have their own reflectors and queues (`workloads`).
 
+pub mod cronjob;
 pub mod deployment;
 pub mod expectations;
 pub mod garbage;
