@@ -10,6 +10,7 @@
 //! ([`job`], …) have their own reflectors and queues (`workloads`).
 
 pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
 pub mod expectations;
 pub mod garbage;

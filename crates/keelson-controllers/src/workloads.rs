@@ -144,10 +144,10 @@ pub async fn run(term: Leadership) {
         _ = async {
             ready.await;
             tracing::info!("workload controllers active");
-            let _ = daemonset_rx; // its controller comes next
             tokio::join!(
                 work(&ctx, job_rx, ctx.job_queue.clone(), "job", crate::job::sync),
                 work(&ctx, cronjob_rx, ctx.cronjob_queue.clone(), "cronjob", crate::cronjob::sync),
+                work(&ctx, daemonset_rx, ctx.daemonset_queue.clone(), "daemonset", crate::daemonset::sync),
                 collect_garbage(&ctx),
             );
         } => {}
