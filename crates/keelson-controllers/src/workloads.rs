@@ -3,7 +3,8 @@
 //! Job or DaemonSet that controls it, a Job to itself and its CronJob, a Node to every
 //! DaemonSet. One term runs them all until it ends.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -25,6 +26,36 @@ use crate::informers::{key_of, SyncError};
 use crate::pods::controller_of;
 use crate::work::{work_queue, WorkQueue, WorkReceiver};
 
+/// The resourceVersion of each object's last status write by this term, so that a sync
+/// waits until the watch shows it: a decision taken on an older copy could otherwise
+/// count a finished pod twice (as Kubernetes' Job controller guards finalizer removals).
+#[derive(Default)]
+pub struct WrittenVersions(Mutex<HashMap<String, u64>>);
+
+impl WrittenVersions {
+    pub fn wrote(&self, key: &str, resource_version: Option<&str>) {
+        if let Some(rv) = resource_version.and_then(|v| v.parse().ok()) {
+            self.0.lock().expect("versions lock").insert(key.to_string(), rv);
+        }
+    }
+
+    /// Whether the copy at `resource_version` includes the last write (forgetting it then).
+    pub fn seen(&self, key: &str, resource_version: Option<&str>) -> bool {
+        let mut m = self.0.lock().expect("versions lock");
+        let Some(&want) = m.get(key) else { return true };
+        let have: Option<u64> = resource_version.and_then(|v| v.parse().ok());
+        if have.is_none_or(|h| h >= want) {
+            m.remove(key);
+            return true;
+        }
+        false
+    }
+
+    pub fn forget(&self, key: &str) {
+        self.0.lock().expect("versions lock").remove(key);
+    }
+}
+
 /// What the workload controllers of one term share.
 pub struct WorkloadCtx {
     pub term: Leadership,
@@ -37,6 +68,8 @@ pub struct WorkloadCtx {
     pub cronjob_queue: WorkQueue,
     pub daemonset_queue: WorkQueue,
     pub expectations: Expectations,
+    /// Job status writes not yet seen through the watch.
+    pub job_status_written: WrittenVersions,
     pub job_events: EventRecorder,
     pub cronjob_events: EventRecorder,
     pub daemonset_events: EventRecorder,
@@ -131,6 +164,7 @@ pub async fn run(term: Leadership) {
         cronjob_queue,
         daemonset_queue,
         expectations: Expectations::default(),
+        job_status_written: WrittenVersions::default(),
     });
     let ready = async {
         let _ = ctx.pods.wait_until_ready().await;
@@ -174,6 +208,21 @@ async fn collect_garbage(ctx: &WorkloadCtx) {
         if !crate::garbage::sweep(&ctx.term, &objects, &WORKLOAD_OWNER_KINDS).await {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sync_waits_for_its_own_status_write() {
+        let w = WrittenVersions::default();
+        assert!(w.seen("d/pi", Some("5")), "nothing written");
+        w.wrote("d/pi", Some("12"));
+        assert!(!w.seen("d/pi", Some("11")));
+        assert!(w.seen("d/pi", Some("13")));
+        assert!(w.seen("d/pi", Some("1")), "forgotten once seen");
     }
 }
 

@@ -31,6 +31,7 @@ pub(crate) async fn sync(ctx: Arc<WorkloadCtx>, key: String) -> Result<Option<Du
     let pod_api: Api<Pod> = Api::namespaced(ctx.term.client.clone(), ns);
     let Some(job) = ctx.jobs.get(&ObjectRef::new(name).within(ns)) else {
         ctx.expectations.forget(&format!("job/{key}"));
+        ctx.job_status_written.forget(&key);
         return release_orphans(&ctx, ns, name, &pod_api).await.map(|_| None);
     };
     let exp_key = format!("job/{key}");
@@ -38,6 +39,10 @@ pub(crate) async fn sync(ctx: Arc<WorkloadCtx>, key: String) -> Result<Option<Du
     let now = Instant::now();
     if !ctx.expectations.satisfied(&exp_key, now, |n| in_store(n).is_some(), |n| in_store(n).is_none_or(|p| p.metadata.deletion_timestamp.is_some())) {
         return Ok(Some(Duration::from_secs(5)));
+    }
+    if !ctx.job_status_written.seen(&key, job.metadata.resource_version.as_deref()) {
+        // The watch brings our last status write, and with it this key again.
+        return Ok(Some(Duration::from_secs(1)));
     }
     let jobs: Api<Job> = Api::namespaced(ctx.term.client.clone(), ns);
     if let Some(left) = reconcile::ttl_remaining(&job, jiff::Timestamp::now()) {
@@ -67,7 +72,9 @@ async fn execute(ctx: &WorkloadCtx, exp_key: &str, job: &Job, plan: &Plan, pod_a
     if job.status.as_ref() != Some(&plan.status) {
         let mut updated = job.clone();
         updated.status = Some(plan.status.clone());
-        jobs.replace_status(name, &PostParams::default(), &updated).await.map_err(SyncError::from_kube)?;
+        let written = jobs.replace_status(name, &PostParams::default(), &updated).await.map_err(SyncError::from_kube)?;
+        let key = format!("{}/{name}", job.metadata.namespace.as_deref().unwrap_or("default"));
+        ctx.job_status_written.wrote(&key, written.metadata.resource_version.as_deref());
     }
     let ns = job.metadata.namespace.as_deref().unwrap_or("default");
     for pod in &plan.remove_finalizers {
@@ -137,6 +144,8 @@ async fn remove_finalizer(ctx: &WorkloadCtx, ns: &str, api: &Api<Pod>, pod: &str
     match api.patch(pod, &PatchParams::default(), &Patch::Merge(patch)).await {
         Ok(_) => Ok(()),
         Err(e) if not_found(&e) => Ok(()),
+        // Changed since the copy we saw: its watch event brings the Job back here.
+        Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "Conflict" => Ok(()),
         Err(e) => Err(SyncError::from_kube(e)),
     }
 }
