@@ -1,0 +1,190 @@
+//! The workload controllers end to end on real `keelson server` processes with hollow
+//! nodes (whose pods finish with the exit code of their `keelson.io/hollow-exit-code`
+//! annotation — simulated): a Job of 3 completions, 2 at a time, completes; a failing
+//! Job reaches its backoff limit; a CronJob firing every minute starts its first Job on
+//! schedule; a DaemonSet runs one pod on every node. Assertions are on stored state,
+//! polled with generous overall timeouts.
+
+mod cluster_support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cluster_support::{client, start_short_elections};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+
+const NODES: usize = 3;
+
+fn job(name: &str, exit_code: i32, completions: i32, parallelism: i32, backoff_limit: i32) -> Job {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"completions": completions, "parallelism": parallelism, "backoffLimit": backoff_limit,
+                 "template": {"metadata": {"annotations": {"keelson.io/hollow-exit-code": exit_code.to_string()}},
+                              "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "example.com/task:1"}]}}},
+    }))
+    .unwrap()
+}
+
+/// Polls `check` every 500 ms until it gives a value, failing after `within`.
+async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(last) => {
+                assert!(tokio::time::Instant::now() < deadline, "{what}: not within {within:?}; last seen: {last}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
+
+fn condition(job: &Job, type_: &str) -> Option<(String, String)> {
+    let c = job.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_ && c.status == "True")?;
+    Some((c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default()))
+}
+
+async fn events_of(client: &kube::Client, name: &str) -> Vec<String> {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let mut out: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .map(|e| format!("{} {}", e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_cronjobs_and_daemonsets_converge_on_hollow_nodes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cluster = start_short_elections(&tmp.path().join("c")).await;
+    let admin = client(&cluster, "keelson-1").await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let hollow = tokio::spawn(keelson_agent::hollow::run(admin.clone(), keelson_agent::hollow::HollowConfig::new("hollow", NODES), shutdown.clone()));
+
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let pp = PostParams::default();
+    jobs.create(&pp, &job("three", 0, 3, 2, 6)).await.unwrap();
+    jobs.create(&pp, &job("doomed", 1, 1, 1, 1)).await.unwrap();
+    let cronjob: CronJob = serde_json::from_value(json!({
+        "metadata": {"name": "tick"},
+        "spec": {"schedule": "*/1 * * * *", "jobTemplate": {"spec": {"template": {"metadata": {"annotations": {"keelson.io/hollow-exit-code": "0"}},
+                 "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "example.com/tick:1"}]}}}}},
+    }))
+    .unwrap();
+    let cronjob_created = jiff::Timestamp::now();
+    Api::<CronJob>::namespaced(admin.clone(), "default").create(&pp, &cronjob).await.unwrap();
+    let daemonset: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "agent"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                 "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {"containers": [{"name": "c", "image": "example.com/agent:1"}]}}},
+    }))
+    .unwrap();
+    Api::<DaemonSet>::namespaced(admin.clone(), "default").create(&pp, &daemonset).await.unwrap();
+
+    // A Job of 3 completions, 2 at a time, completes.
+    let three = eventually("job three completes", Duration::from_secs(120), || async {
+        let j = jobs.get("three").await.map_err(|e| e.to_string())?;
+        condition(&j, "Complete").map(|_| j.clone()).ok_or_else(|| format!("{:?}", j.status))
+    })
+    .await;
+    let status = three.status.clone().unwrap();
+    assert_eq!((status.succeeded, status.failed.unwrap_or(0), status.active.unwrap_or(0)), (Some(3), 0, 0), "{status:?}");
+    assert_eq!(condition(&three, "Complete").unwrap().0, "CompletionsReached");
+    assert!(condition(&three, "SuccessCriteriaMet").is_some());
+    assert!(status.start_time.is_some() && status.completion_time.is_some());
+    let three_pods = pods.list(&ListParams::default().labels("batch.kubernetes.io/job-name=three")).await.unwrap().items;
+    assert_eq!(three_pods.len(), 3, "exactly one pod per completion");
+    assert!(three_pods.iter().all(|p| p.metadata.finalizers.as_ref().is_none_or(|f| f.is_empty())), "tracking finalizers are removed");
+    assert!(three_pods.iter().all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")));
+    let events = eventually("job three's events", Duration::from_secs(30), || async {
+        let ev = events_of(&admin, "three").await;
+        (ev.iter().filter(|e| e.starts_with("SuccessfulCreate Created pod: three-")).count() == 3 && ev.iter().any(|e| e == "Completed Job completed")).then_some(ev.clone()).ok_or(format!("{ev:?}"))
+    })
+    .await;
+    assert!(!events.is_empty());
+
+    // A failing Job: two failures with backoffLimit 1, the retry after the 10 s backoff.
+    let doomed = eventually("job doomed fails", Duration::from_secs(120), || async {
+        let j = jobs.get("doomed").await.map_err(|e| e.to_string())?;
+        condition(&j, "Failed").map(|_| j.clone()).ok_or_else(|| format!("{:?}", j.status))
+    })
+    .await;
+    assert_eq!(condition(&doomed, "Failed"), Some(("BackoffLimitExceeded".to_string(), "Job has reached the specified backoff limit".to_string())));
+    assert_eq!(doomed.status.as_ref().unwrap().failed, Some(2));
+    assert!(doomed.status.as_ref().unwrap().completion_time.is_none());
+    eventually("the BackoffLimitExceeded event", Duration::from_secs(30), || async {
+        let ev = events_of(&admin, "doomed").await;
+        ev.iter().any(|e| e == "BackoffLimitExceeded Job has reached the specified backoff limit").then_some(()).ok_or(format!("{ev:?}"))
+    })
+    .await;
+
+    // The DaemonSet: exactly one Running pod on every hollow node.
+    let per_node = eventually("one daemon pod per node", Duration::from_secs(90), || async {
+        let list = pods.list(&ListParams::default().labels("app=agent")).await.map_err(|e| e.to_string())?.items;
+        let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
+        for p in list.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
+            if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
+                *per_node.entry(p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default()).or_default() += 1;
+            }
+        }
+        (per_node.len() == NODES && per_node.values().all(|n| *n == 1) && list.len() == NODES).then_some(per_node.clone()).ok_or(format!("{per_node:?} of {} pods", list.len()))
+    })
+    .await;
+    assert_eq!(per_node.keys().cloned().collect::<Vec<_>>(), (0..NODES).map(|i| format!("hollow-{i}")).collect::<Vec<_>>());
+    let sets: Api<DaemonSet> = Api::namespaced(admin.clone(), "default");
+    eventually("the DaemonSet's status", Duration::from_secs(60), || async {
+        let s = sets.get("agent").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+        let n = NODES as i32;
+        (s.desired_number_scheduled == n && s.current_number_scheduled == n && s.number_ready == n && s.number_available == Some(n) && s.updated_number_scheduled == Some(n) && s.number_misscheduled == 0)
+            .then_some(())
+            .ok_or(format!("{s:?}"))
+    })
+    .await;
+
+    // The CronJob: its first Job within about 70 s of its creation, named for the minute.
+    let first = eventually("the CronJob's first Job", Duration::from_secs(75), || async {
+        let list = jobs.list(&ListParams::default()).await.map_err(|e| e.to_string())?.items;
+        list.into_iter().find(|j| j.metadata.name.as_deref().is_some_and(|n| n.starts_with("tick-"))).ok_or("none yet".to_string())
+    })
+    .await;
+    let first_name = first.metadata.name.clone().unwrap();
+    let minutes: i64 = first_name.strip_prefix("tick-").unwrap().parse().unwrap();
+    assert!(minutes * 60 > cronjob_created.as_second() - 60 && minutes * 60 <= jiff::Timestamp::now().as_second(), "{first_name} is for a minute after the CronJob was made");
+    let scheduled = first.metadata.annotations.as_ref().unwrap()["batch.kubernetes.io/cronjob-scheduled-timestamp"].clone();
+    assert_eq!(scheduled.parse::<jiff::Timestamp>().unwrap().as_second(), minutes * 60, "{scheduled}");
+    assert_eq!(first.metadata.owner_references.as_ref().unwrap()[0].kind, "CronJob");
+    let made = first.metadata.creation_timestamp.as_ref().unwrap().0;
+    assert!(made.as_second() - cronjob_created.as_second() <= 70, "the first Job came {}s after the CronJob", made.as_second() - cronjob_created.as_second());
+    let cronjobs: Api<CronJob> = Api::namespaced(admin.clone(), "default");
+    eventually("the CronJob's status", Duration::from_secs(60), || async {
+        let s = cronjobs.get("tick").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+        (s.last_schedule_time.is_some() && s.last_successful_time.is_some()).then_some(()).ok_or(format!("{s:?}"))
+    })
+    .await;
+    eventually("the CronJob's events", Duration::from_secs(30), || async {
+        let ev = events_of(&admin, "tick").await;
+        let created = ev.iter().any(|e| e == &format!("SuccessfulCreate Created job {first_name}"));
+        let saw = ev.iter().any(|e| e == &format!("SawCompletedJob Saw completed job: {first_name}, condition: Complete"));
+        (created && saw).then_some(()).ok_or(format!("{ev:?}"))
+    })
+    .await;
+
+    shutdown.cancel();
+    let _ = hollow.await;
+    cluster.stop(Duration::from_secs(10)).await.unwrap();
+}
