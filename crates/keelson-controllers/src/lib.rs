@@ -19,6 +19,7 @@ pub mod job;
 pub mod pods;
 pub mod replicaset;
 pub mod selector;
+pub mod statefulset;
 pub mod work;
 mod workloads;
 

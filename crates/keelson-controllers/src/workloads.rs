@@ -1,16 +1,16 @@
-//! The reflectors and work queues of the workload controllers (Job, CronJob, DaemonSet),
-//! apart from the ReplicaSet/Deployment ones in [`crate::informers`]: a pod goes to the
-//! Job or DaemonSet that controls it, a Job to itself and its CronJob, a Node to every
-//! DaemonSet. One term runs them all until it ends.
+//! The reflectors and work queues of the workload controllers (Job, CronJob, DaemonSet,
+//! StatefulSet), apart from the ReplicaSet/Deployment ones in [`crate::informers`]: a pod
+//! goes to the Job, DaemonSet or StatefulSet that controls it, a Job to itself and its
+//! CronJob, a Node to every DaemonSet. One term runs them all until it ends.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use keelson_component::events::EventRecorder;
 use keelson_component::Leadership;
 use kube::api::Api;
@@ -64,15 +64,19 @@ pub struct WorkloadCtx {
     pub cronjobs: Store<CronJob>,
     pub daemonsets: Store<DaemonSet>,
     pub nodes: Store<Node>,
+    pub statefulsets: Store<StatefulSet>,
+    pub claims: Store<PersistentVolumeClaim>,
     pub job_queue: WorkQueue,
     pub cronjob_queue: WorkQueue,
     pub daemonset_queue: WorkQueue,
+    pub statefulset_queue: WorkQueue,
     pub expectations: Expectations,
     /// Job status writes not yet seen through the watch.
     pub job_status_written: WrittenVersions,
     pub job_events: EventRecorder,
     pub cronjob_events: EventRecorder,
     pub daemonset_events: EventRecorder,
+    pub statefulset_events: EventRecorder,
 }
 
 fn reflect<K, F>(api: Api<K>, term: &Leadership, route: F) -> (Store<K>, tokio::task::JoinHandle<()>)
@@ -113,8 +117,9 @@ pub async fn run(term: Leadership) {
     let (job_queue, job_rx) = work_queue();
     let (cronjob_queue, cronjob_rx) = work_queue();
     let (daemonset_queue, daemonset_rx) = work_queue();
+    let (statefulset_queue, statefulset_rx) = work_queue();
     let (pods, pod_task) = {
-        let (jq, dq) = (job_queue.clone(), daemonset_queue.clone());
+        let (jq, dq, sq) = (job_queue.clone(), daemonset_queue.clone(), statefulset_queue.clone());
         reflect(Api::<Pod>::all(client.clone()), &term, move |p: &Pod| {
             if let Some(k) = owner_key(&p.metadata, "Job") {
                 jq.add(&k);
@@ -122,8 +127,16 @@ pub async fn run(term: Leadership) {
             if let Some(k) = owner_key(&p.metadata, "DaemonSet") {
                 dq.add(&k);
             }
+            if let Some(k) = owner_key(&p.metadata, "StatefulSet") {
+                sq.add(&k);
+            }
         })
     };
+    let (statefulsets, statefulset_task) = {
+        let sq = statefulset_queue.clone();
+        reflect(Api::<StatefulSet>::all(client.clone()), &term, move |s: &StatefulSet| sq.add(&key_of(s)))
+    };
+    let (claims, claim_task) = reflect(Api::<PersistentVolumeClaim>::all(client.clone()), &term, |_: &PersistentVolumeClaim| {});
     let (jobs, job_task) = {
         let (jq, cq) = (job_queue.clone(), cronjob_queue.clone());
         reflect(Api::<Job>::all(client.clone()), &term, move |j: &Job| {
@@ -154,15 +167,19 @@ pub async fn run(term: Leadership) {
         job_events: EventRecorder::new(client.clone(), "job-controller", &term.identity),
         cronjob_events: EventRecorder::new(client.clone(), "cronjob-controller", &term.identity),
         daemonset_events: EventRecorder::new(client.clone(), "daemonset-controller", &term.identity),
+        statefulset_events: EventRecorder::new(client.clone(), "statefulset-controller", &term.identity),
         term: term.clone(),
         pods,
         jobs,
         cronjobs,
         daemonsets,
         nodes,
+        statefulsets,
+        claims,
         job_queue,
         cronjob_queue,
         daemonset_queue,
+        statefulset_queue,
         expectations: Expectations::default(),
         job_status_written: WrittenVersions::default(),
     });
@@ -172,6 +189,8 @@ pub async fn run(term: Leadership) {
         let _ = ctx.cronjobs.wait_until_ready().await;
         let _ = ctx.daemonsets.wait_until_ready().await;
         let _ = ctx.nodes.wait_until_ready().await;
+        let _ = ctx.statefulsets.wait_until_ready().await;
+        let _ = ctx.claims.wait_until_ready().await;
     };
     tokio::select! {
         _ = term.ended.cancelled() => {}
@@ -182,17 +201,18 @@ pub async fn run(term: Leadership) {
                 work(&ctx, job_rx, ctx.job_queue.clone(), "job", crate::job::sync),
                 work(&ctx, cronjob_rx, ctx.cronjob_queue.clone(), "cronjob", crate::cronjob::sync),
                 work(&ctx, daemonset_rx, ctx.daemonset_queue.clone(), "daemonset", crate::daemonset::sync),
+                work(&ctx, statefulset_rx, ctx.statefulset_queue.clone(), "statefulset", crate::statefulset::sync),
                 collect_garbage(&ctx),
             );
         } => {}
     }
-    for t in [pod_task, job_task, cronjob_task, daemonset_task, node_task] {
+    for t in [pod_task, job_task, cronjob_task, daemonset_task, node_task, statefulset_task, claim_task] {
         t.abort();
     }
 }
 
 /// The garbage collector's sweep for what these controllers own: Jobs of CronJobs, pods
-/// of Jobs and DaemonSets.
+/// of Jobs, DaemonSets and StatefulSets.
 async fn collect_garbage(ctx: &WorkloadCtx) {
     loop {
         tokio::select! {
@@ -200,7 +220,9 @@ async fn collect_garbage(ctx: &WorkloadCtx) {
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
         let (cronjobs, jobs, sets, pods) = (ctx.cronjobs.state(), ctx.jobs.state(), ctx.daemonsets.state(), ctx.pods.state());
-        let mut objects: Vec<(&str, &ObjectMeta)> = Vec::with_capacity(cronjobs.len() + jobs.len() + sets.len() + pods.len());
+        let stateful = ctx.statefulsets.state();
+        let mut objects: Vec<(&str, &ObjectMeta)> = Vec::with_capacity(cronjobs.len() + jobs.len() + sets.len() + stateful.len() + pods.len());
+        objects.extend(stateful.iter().map(|s| ("StatefulSet", &s.metadata)));
         objects.extend(cronjobs.iter().map(|c| ("CronJob", &c.metadata)));
         objects.extend(jobs.iter().map(|j| ("Job", &j.metadata)));
         objects.extend(sets.iter().map(|d| ("DaemonSet", &d.metadata)));

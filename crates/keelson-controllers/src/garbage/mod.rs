@@ -8,7 +8,7 @@ pub mod reconcile;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use keelson_component::Leadership;
 use k8s_openapi::api::core::v1::Pod;
@@ -29,6 +29,7 @@ fn api(client: &kube::Client, key: &ObjectKey) -> Option<Api<DynamicObject>> {
         "Job" => ApiResource::erase::<Job>(&()),
         "CronJob" => ApiResource::erase::<CronJob>(&()),
         "DaemonSet" => ApiResource::erase::<DaemonSet>(&()),
+        "StatefulSet" => ApiResource::erase::<StatefulSet>(&()),
         _ => return None,
     };
     Some(Api::namespaced_with(client.clone(), &key.namespace, &resource))

@@ -21,7 +21,7 @@ pub const FOREGROUND: &str = "foregroundDeletion";
 pub const OWNER_KINDS: [&str; 2] = ["Deployment", "ReplicaSet"];
 
 /// The owner kinds of the workload controllers' snapshot (`crate::workloads`).
-pub const WORKLOAD_OWNER_KINDS: [&str; 3] = ["CronJob", "Job", "DaemonSet"];
+pub const WORKLOAD_OWNER_KINDS: [&str; 4] = ["CronJob", "Job", "DaemonSet", "StatefulSet"];
 
 /// An object by kind, namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

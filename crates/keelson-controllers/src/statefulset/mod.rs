@@ -1,0 +1,105 @@
+//! The StatefulSet controller: pods with stable names and claims, made and removed in
+//! order ([`reconcile::reconcile`] decides). A pod is created by its fixed name, so the
+//! API server itself refuses a second pod of one identity.
+
+pub mod reconcile;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use keelson_component::events::EventType;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::Resource;
+use tokio::time::Instant;
+
+use crate::informers::SyncError;
+use crate::workloads::WorkloadCtx;
+
+/// While the set is not settled it is looked at again this often.
+const RECHECK: Duration = Duration::from_secs(5);
+
+fn exists(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists")
+}
+
+fn not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+pub(crate) async fn sync(ctx: Arc<WorkloadCtx>, key: String) -> Result<Option<Duration>, SyncError> {
+    let (ns, name) = key.split_once('/').expect("namespace/name");
+    let exp_key = format!("statefulset/{key}");
+    let Some(sts) = ctx.statefulsets.get(&ObjectRef::new(name).within(ns)) else {
+        ctx.expectations.forget(&exp_key);
+        return Ok(None);
+    };
+    let in_store = |n: &str| ctx.pods.get(&ObjectRef::new(n).within(ns));
+    if !ctx.expectations.satisfied(&exp_key, Instant::now(), |n| in_store(n).is_some(), |n| in_store(n).is_none_or(|p| p.metadata.deletion_timestamp.is_some())) {
+        return Ok(Some(RECHECK));
+    }
+    let all_pods = ctx.pods.state();
+    let pods: Vec<&Pod> = all_pods.iter().filter(|p| p.metadata.namespace.as_deref() == Some(ns)).map(|p| p.as_ref()).collect();
+    let claims: BTreeSet<String> = ctx.claims.state().iter().filter(|c| c.metadata.namespace.as_deref() == Some(ns)).filter_map(|c| c.metadata.name.clone()).collect();
+    let plan = reconcile::reconcile(&sts, &pods, &claims, jiff::Timestamp::now());
+    let reference = sts.object_ref(&());
+    let pp = PostParams::default();
+    let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.term.client.clone(), ns);
+    let pod_api: Api<Pod> = Api::namespaced(ctx.term.client.clone(), ns);
+    for (pod, claim) in &plan.claims {
+        let claim_name = claim.metadata.name.clone().unwrap_or_default();
+        match claim_api.create(&pp, claim).await {
+            Ok(_) => ctx.statefulset_events.publish(&reference, EventType::Normal, "SuccessfulCreate", &format!("create Claim {claim_name} Pod {pod} in StatefulSet {name} success")).await,
+            Err(e) if exists(&e) => {}
+            Err(e) => {
+                if keelson_component::fence::is_fenced(&e) {
+                    return Err(SyncError::Fenced);
+                }
+                ctx.statefulset_events.publish(&reference, EventType::Warning, "FailedCreate", &format!("create Claim {claim_name} for Pod {pod} in StatefulSet {name} failed error: {e}")).await;
+                return Err(SyncError::Api(e));
+            }
+        }
+    }
+    let revision = reconcile::update_revision(&sts);
+    for &ordinal in &plan.create {
+        let pod = reconcile::pod_for(&sts, ordinal, &revision);
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        ctx.expectations.created(&exp_key, [pod_name.clone()], Instant::now());
+        match pod_api.create(&pp, &pod).await {
+            Ok(_) => ctx.statefulset_events.publish(&reference, EventType::Normal, "SuccessfulCreate", &format!("create Pod {pod_name} in StatefulSet {name} successful")).await,
+            Err(e) if exists(&e) => {}
+            Err(e) => {
+                ctx.expectations.forget(&exp_key);
+                if keelson_component::fence::is_fenced(&e) {
+                    return Err(SyncError::Fenced);
+                }
+                ctx.statefulset_events.publish(&reference, EventType::Warning, "FailedCreate", &format!("create Pod {pod_name} in StatefulSet {name} failed error: {e}")).await;
+                return Err(SyncError::Api(e));
+            }
+        }
+    }
+    if !plan.delete.is_empty() {
+        ctx.expectations.deleted(&exp_key, plan.delete.iter().cloned(), Instant::now());
+        for pod in &plan.delete {
+            match pod_api.delete(pod, &DeleteParams::default()).await {
+                Ok(_) => ctx.statefulset_events.publish(&reference, EventType::Normal, "SuccessfulDelete", &format!("delete Pod {pod} in StatefulSet {name} successful")).await,
+                Err(e) if not_found(&e) => {}
+                Err(e) => return Err(SyncError::from_kube(e)),
+            }
+        }
+    }
+    let mut status = plan.status.clone();
+    status.conditions = sts.status.as_ref().and_then(|s| s.conditions.clone());
+    if sts.status.as_ref() != Some(&status) {
+        let sets: Api<StatefulSet> = Api::namespaced(ctx.term.client.clone(), ns);
+        let mut updated = (*sts).clone();
+        updated.status = Some(status.clone());
+        sets.replace_status(name, &PostParams::default(), &updated).await.map_err(SyncError::from_kube)?;
+    }
+    let replicas = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let settled = status.replicas == replicas && status.ready_replicas == Some(replicas) && status.current_revision == status.update_revision;
+    Ok((!settled).then_some(RECHECK))
+}
