@@ -2,7 +2,8 @@
 //! nodes (whose pods finish with the exit code of their `keelson.io/hollow-exit-code`
 //! annotation — simulated): a Job of 3 completions, 2 at a time, completes; a failing
 //! Job reaches its backoff limit; a CronJob firing every minute starts its first Job on
-//! schedule; a DaemonSet runs one pod on every node. Assertions are on stored state,
+//! schedule; a DaemonSet runs one pod on every node; a StatefulSet starts its pods in
+//! order with their claims and scales down from the highest ordinal. Assertions are on stored state,
 //! polled with generous overall timeouts.
 
 mod cluster_support;
@@ -11,9 +12,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cluster_support::{client, start_short_elections};
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
@@ -68,7 +69,7 @@ async fn events_of(client: &kube::Client, name: &str) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jobs_cronjobs_and_daemonsets_converge_on_hollow_nodes() {
+async fn jobs_cronjobs_daemonsets_and_statefulsets_converge_on_hollow_nodes() {
     let tmp = tempfile::tempdir().unwrap();
     let mut cluster = start_short_elections(&tmp.path().join("c")).await;
     let admin = client(&cluster, "keelson-1").await;
@@ -95,6 +96,15 @@ async fn jobs_cronjobs_and_daemonsets_converge_on_hollow_nodes() {
     }))
     .unwrap();
     Api::<DaemonSet>::namespaced(admin.clone(), "default").create(&pp, &daemonset).await.unwrap();
+    let statefulset: StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "db"},
+        "spec": {"replicas": 3, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                 "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "c", "image": "example.com/db:1"}]}},
+                 "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]},
+    }))
+    .unwrap();
+    let statefulsets: Api<StatefulSet> = Api::namespaced(admin.clone(), "default");
+    statefulsets.create(&pp, &statefulset).await.unwrap();
 
     // A Job of 3 completions, 2 at a time, completes.
     let three = eventually("job three completes", Duration::from_secs(120), || async {
@@ -153,6 +163,44 @@ async fn jobs_cronjobs_and_daemonsets_converge_on_hollow_nodes() {
         (s.desired_number_scheduled == n && s.current_number_scheduled == n && s.number_ready == n && s.number_available == Some(n) && s.updated_number_scheduled == Some(n) && s.number_misscheduled == 0)
             .then_some(())
             .ok_or(format!("{s:?}"))
+    })
+    .await;
+
+    // The StatefulSet: db-0, db-1, db-2 in order, each with its claim; scaled to 1, the
+    // highest ordinals go and the claims stay.
+    let db = eventually("three stateful pods running", Duration::from_secs(120), || async {
+        let list = pods.list(&ListParams::default().labels("app=db")).await.map_err(|e| e.to_string())?.items;
+        let running: Vec<Pod> = list.into_iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).collect();
+        (running.len() == 3).then_some(running.clone()).ok_or(format!("{:?}", running.iter().map(|p| p.metadata.name.clone()).collect::<Vec<_>>()))
+    })
+    .await;
+    let mut by_name: Vec<(String, jiff::Timestamp)> = db.iter().map(|p| (p.metadata.name.clone().unwrap(), p.metadata.creation_timestamp.as_ref().unwrap().0)).collect();
+    by_name.sort();
+    assert_eq!(by_name.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["db-0", "db-1", "db-2"]);
+    assert!(by_name.windows(2).all(|w| w[0].1 <= w[1].1), "created in ordinal order: {by_name:?}");
+    assert!(db.iter().all(|p| p.spec.as_ref().unwrap().hostname == p.metadata.name && p.spec.as_ref().unwrap().subdomain.as_deref() == Some("db")));
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), "default");
+    let claim_names = || async { let mut n: Vec<String> = claims.list(&ListParams::default().labels("app=db")).await.unwrap().items.into_iter().filter_map(|c| c.metadata.name).collect(); n.sort(); n };
+    assert_eq!(claim_names().await, ["data-db-0", "data-db-1", "data-db-2"]);
+    eventually("the StatefulSet's status", Duration::from_secs(60), || async {
+        let s = statefulsets.get("db").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+        (s.replicas == 3 && s.ready_replicas == Some(3) && s.updated_replicas == Some(3) && s.current_revision == s.update_revision).then_some(()).ok_or(format!("{s:?}"))
+    })
+    .await;
+    statefulsets.patch("db", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(json!({"spec": {"replicas": 1}}))).await.unwrap();
+    eventually("scaled down to db-0", Duration::from_secs(90), || async {
+        let list = pods.list(&ListParams::default().labels("app=db")).await.map_err(|e| e.to_string())?.items;
+        let left: Vec<String> = list.into_iter().filter_map(|p| p.metadata.name).collect();
+        (left == ["db-0"]).then_some(()).ok_or(format!("{left:?}"))
+    })
+    .await;
+    assert_eq!(claim_names().await, ["data-db-0", "data-db-1", "data-db-2"], "claims are kept (Retain)");
+    eventually("the StatefulSet's events", Duration::from_secs(30), || async {
+        let ev = events_of(&admin, "db").await;
+        let ok = ["create Pod db-0 in StatefulSet db successful", "create Claim data-db-2 Pod db-2 in StatefulSet db success", "delete Pod db-2 in StatefulSet db successful", "delete Pod db-1 in StatefulSet db successful"]
+            .iter()
+            .all(|m| ev.iter().any(|e| e.ends_with(m)));
+        ok.then_some(()).ok_or(format!("{ev:?}"))
     })
     .await;
 
