@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cluster_support::{client, start_short_elections};
-use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use kube::api::{Api, ListParams, PostParams};
@@ -66,6 +66,14 @@ async fn events_of(client: &kube::Client, name: &str) -> Vec<String> {
         .collect();
     out.sort();
     out
+}
+
+/// The one `controller-revision-hash` the pods selected by `labels` carry.
+async fn per_node_hash(pods: &Api<Pod>, labels: &str) -> String {
+    let hashes: std::collections::BTreeSet<String> =
+        pods.list(&ListParams::default().labels(labels)).await.unwrap().items.into_iter().filter_map(|p| p.metadata.labels?.get("controller-revision-hash").cloned()).collect();
+    assert_eq!(hashes.len(), 1, "{hashes:?}");
+    hashes.into_iter().next().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -166,6 +174,14 @@ async fn jobs_cronjobs_daemonsets_and_statefulsets_converge_on_hollow_nodes() {
     })
     .await;
 
+    let revisions: Api<ControllerRevision> = Api::namespaced(admin.clone(), "default");
+    let agent_revisions = revisions.list(&ListParams::default().labels("app=agent")).await.unwrap().items;
+    assert_eq!(agent_revisions.len(), 1, "one ControllerRevision for the one template");
+    assert_eq!(agent_revisions[0].revision, 1);
+    let hash = per_node_hash(&pods, "app=agent").await;
+    assert_eq!(agent_revisions[0].metadata.name, Some(format!("agent-{hash}")));
+    assert_eq!(agent_revisions[0].metadata.owner_references.as_ref().unwrap()[0].kind, "DaemonSet");
+
     // The StatefulSet: db-0, db-1, db-2 in order, each with its claim; scaled to 1, the
     // highest ordinals go and the claims stay.
     let db = eventually("three stateful pods running", Duration::from_secs(120), || async {
@@ -187,6 +203,8 @@ async fn jobs_cronjobs_daemonsets_and_statefulsets_converge_on_hollow_nodes() {
         (s.replicas == 3 && s.ready_replicas == Some(3) && s.updated_replicas == Some(3) && s.current_revision == s.update_revision).then_some(()).ok_or(format!("{s:?}"))
     })
     .await;
+    let db_revisions = revisions.list(&ListParams::default().labels("app=db")).await.unwrap().items;
+    assert_eq!(db_revisions.iter().filter_map(|r| r.metadata.name.clone()).collect::<Vec<_>>(), vec![per_node_hash(&pods, "app=db").await]);
     statefulsets.patch("db", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(json!({"spec": {"replicas": 1}}))).await.unwrap();
     eventually("scaled down to db-0", Duration::from_secs(90), || async {
         let list = pods.list(&ListParams::default().labels("app=db")).await.map_err(|e| e.to_string())?.items;

@@ -18,6 +18,7 @@ mod informers;
 pub mod job;
 pub mod pods;
 pub mod replicaset;
+pub mod revisions;
 pub mod selector;
 pub mod statefulset;
 pub mod work;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use keelson_component::events::EventRecorder;
@@ -66,6 +66,7 @@ pub struct WorkloadCtx {
     pub nodes: Store<Node>,
     pub statefulsets: Store<StatefulSet>,
     pub claims: Store<PersistentVolumeClaim>,
+    pub revisions: Store<ControllerRevision>,
     pub job_queue: WorkQueue,
     pub cronjob_queue: WorkQueue,
     pub daemonset_queue: WorkQueue,
@@ -136,6 +137,17 @@ pub async fn run(term: Leadership) {
         let sq = statefulset_queue.clone();
         reflect(Api::<StatefulSet>::all(client.clone()), &term, move |s: &StatefulSet| sq.add(&key_of(s)))
     };
+    let (revisions, revision_task) = {
+        let (dq, sq) = (daemonset_queue.clone(), statefulset_queue.clone());
+        reflect(Api::<ControllerRevision>::all(client.clone()), &term, move |r: &ControllerRevision| {
+            if let Some(k) = owner_key(&r.metadata, "DaemonSet") {
+                dq.add(&k);
+            }
+            if let Some(k) = owner_key(&r.metadata, "StatefulSet") {
+                sq.add(&k);
+            }
+        })
+    };
     let (claims, claim_task) = reflect(Api::<PersistentVolumeClaim>::all(client.clone()), &term, |_: &PersistentVolumeClaim| {});
     let (jobs, job_task) = {
         let (jq, cq) = (job_queue.clone(), cronjob_queue.clone());
@@ -176,6 +188,7 @@ pub async fn run(term: Leadership) {
         nodes,
         statefulsets,
         claims,
+        revisions,
         job_queue,
         cronjob_queue,
         daemonset_queue,
@@ -191,6 +204,7 @@ pub async fn run(term: Leadership) {
         let _ = ctx.nodes.wait_until_ready().await;
         let _ = ctx.statefulsets.wait_until_ready().await;
         let _ = ctx.claims.wait_until_ready().await;
+        let _ = ctx.revisions.wait_until_ready().await;
     };
     tokio::select! {
         _ = term.ended.cancelled() => {}
@@ -206,7 +220,7 @@ pub async fn run(term: Leadership) {
             );
         } => {}
     }
-    for t in [pod_task, job_task, cronjob_task, daemonset_task, node_task, statefulset_task, claim_task] {
+    for t in [pod_task, job_task, cronjob_task, daemonset_task, node_task, statefulset_task, claim_task, revision_task] {
         t.abort();
     }
 }
@@ -246,6 +260,30 @@ mod tests {
         assert!(w.seen("d/pi", Some("13")));
         assert!(w.seen("d/pi", Some("1")), "forgotten once seen");
     }
+}
+
+/// Writes what [`crate::revisions::history`] decided for an owner in `ns`.
+pub(crate) async fn apply_history(ctx: &WorkloadCtx, ns: &str, plan: &crate::revisions::HistoryPlan) -> Result<(), SyncError> {
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.term.client.clone(), ns);
+    if let Some(rev) = &plan.create {
+        match api.create(&kube::api::PostParams::default(), rev).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {}
+            Err(e) => return Err(SyncError::from_kube(e)),
+        }
+    }
+    if let Some((name, revision)) = &plan.renumber {
+        let patch = kube::api::Patch::Merge(serde_json::json!({"revision": revision}));
+        api.patch(name, &kube::api::PatchParams::default(), &patch).await.map_err(SyncError::from_kube)?;
+    }
+    for name in &plan.delete {
+        match api.delete(name, &kube::api::DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(SyncError::from_kube(e)),
+        }
+    }
+    Ok(())
 }
 
 /// A worker: syncs keys until the term ends; a fenced write ends the term, other

@@ -4,10 +4,11 @@
 
 pub mod reconcile;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use keelson_component::events::EventType;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -42,6 +43,20 @@ pub(crate) async fn sync(ctx: Arc<WorkloadCtx>, key: String) -> Result<Option<Du
     let all_pods = ctx.pods.state();
     let pods: Vec<&Pod> = all_pods.iter().filter(|p| p.metadata.namespace.as_deref() == Some(ns)).map(|p| p.as_ref()).collect();
     let plan = reconcile::reconcile(&ds, &nodes, &pods, jiff::Timestamp::now());
+    let hash = reconcile::revision_hash(&ds);
+    let all_revisions = ctx.revisions.state();
+    let revisions: Vec<&ControllerRevision> = all_revisions.iter().filter(|r| r.metadata.namespace.as_deref() == Some(ns)).map(|r| r.as_ref()).collect();
+    let uid = ds.metadata.uid.clone();
+    let in_use: BTreeSet<String> = pods
+        .iter()
+        .filter(|p| crate::pods::controller_of(&p.metadata).is_some_and(|o| Some(&o.uid) == uid.as_ref()))
+        .filter_map(|p| p.metadata.labels.as_ref()?.get(reconcile::REVISION_HASH).cloned())
+        .collect();
+    let template = ds.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
+    let limit = ds.spec.as_ref().and_then(|s| s.revision_history_limit).unwrap_or(10);
+    let owner = crate::pods::controller_ref("apps/v1", "DaemonSet", &ds.metadata);
+    let history = crate::revisions::history(&ds.metadata, owner, &format!("{name}-{hash}"), &hash, &template, &revisions, &in_use, limit);
+    crate::workloads::apply_history(&ctx, ns, &history).await?;
     let reference = ds.object_ref(&());
     let api: Api<Pod> = Api::namespaced(ctx.term.client.clone(), ns);
     if !plan.delete.is_empty() {
@@ -57,7 +72,6 @@ pub(crate) async fn sync(ctx: Arc<WorkloadCtx>, key: String) -> Result<Option<Du
         }
     }
     if !plan.create.is_empty() {
-        let hash = reconcile::revision_hash(&ds);
         let mut rest = plan.create.as_slice();
         for batch in crate::replicaset::reconcile::slow_start_batches(plan.create.len()) {
             let (now, later) = rest.split_at(batch);

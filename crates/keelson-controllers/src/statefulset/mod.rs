@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use keelson_component::events::EventType;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -63,9 +63,32 @@ pub(crate) async fn sync(ctx: Arc<WorkloadCtx>, key: String) -> Result<Option<Du
             }
         }
     }
-    let revision = reconcile::update_revision(&sts);
+    // History: the update revision is kept; an older one gives pods below the partition
+    // their template.
+    let update = reconcile::update_revision(&sts);
+    let all_revisions = ctx.revisions.state();
+    let revisions: Vec<&ControllerRevision> = all_revisions.iter().filter(|r| r.metadata.namespace.as_deref() == Some(ns)).map(|r| r.as_ref()).collect();
+    let uid = sts.metadata.uid.clone();
+    let in_use: BTreeSet<String> = pods
+        .iter()
+        .filter(|p| crate::pods::controller_of(&p.metadata).is_some_and(|o| Some(&o.uid) == uid.as_ref()))
+        .filter_map(|p| p.metadata.labels.as_ref()?.get(reconcile::REVISION_HASH).cloned())
+        .chain(sts.status.as_ref().and_then(|s| s.current_revision.clone()))
+        .collect();
+    let template = sts.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
+    let limit = sts.spec.as_ref().and_then(|s| s.revision_history_limit).unwrap_or(10);
+    let hash = update.strip_prefix(&format!("{name}-")).unwrap_or(&update).to_string();
+    let owner = crate::pods::controller_ref("apps/v1", "StatefulSet", &sts.metadata);
+    let history = crate::revisions::history(&sts.metadata, owner, &update, &hash, &template, &revisions, &in_use, limit);
+    crate::workloads::apply_history(&ctx, ns, &history).await?;
     for &ordinal in &plan.create {
-        let pod = reconcile::pod_for(&sts, ordinal, &revision);
+        let revision = reconcile::revision_for(&sts, ordinal);
+        let old_template = (revision != update)
+            .then(|| revisions.iter().find(|r| r.metadata.name.as_deref() == Some(revision.as_str())).and_then(|r| crate::revisions::template_of(r)))
+            .flatten();
+        // An old revision that is gone can only be made at the current template.
+        let revision = if revision != update && old_template.is_none() { update.clone() } else { revision };
+        let pod = reconcile::pod_for(&sts, ordinal, &revision, old_template.as_ref());
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
         ctx.expectations.created(&exp_key, [pod_name.clone()], Instant::now());
         match pod_api.create(&pp, &pod).await {

@@ -11,13 +11,14 @@
 //!   time whose revision is not the template's, once every pod is Running and Ready;
 //!   OnDelete leaves that to the user.
 //!
-//! Revisions are `<set>-<hash of the template>`; without ControllerRevisions a pod made
-//! again below the partition gets the current template, not its old one.
+//! Revisions are `<set>-<hash of the template>`, kept as ControllerRevisions
+//! ([`crate::revisions`]); a pod made again below the partition gets the current
+//! revision's template from there ([`revision_for`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, Volume};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodTemplateSpec, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::deployment::reconcile::template_hash;
@@ -95,10 +96,27 @@ pub fn claims_for(sts: &StatefulSet, ordinal: i32) -> Vec<PersistentVolumeClaim>
         .collect()
 }
 
-/// Pod `ordinal` of the set, of revision `revision`.
-pub fn pod_for(sts: &StatefulSet, ordinal: i32, revision: &str) -> Pod {
+/// The revision pod `ordinal` is made at: below the partition of a rolling update the
+/// current one, else the update revision.
+pub fn revision_for(sts: &StatefulSet, ordinal: i32) -> String {
+    let update = update_revision(sts);
+    let spec = sts.spec.as_ref();
+    let start = spec.and_then(|s| s.ordinals.as_ref()).and_then(|o| o.start).unwrap_or(0).max(0);
+    let strategy = spec.and_then(|s| s.update_strategy.as_ref());
+    let partition = strategy.and_then(|u| u.rolling_update.as_ref()).and_then(|r| r.partition).unwrap_or(0);
+    let on_delete = strategy.and_then(|u| u.type_.as_deref()) == Some("OnDelete");
+    let current = sts.status.as_ref().and_then(|s| s.current_revision.clone()).unwrap_or_else(|| update.clone());
+    if !on_delete && ordinal < start + partition { current } else { update }
+}
+
+/// Pod `ordinal` of the set, of revision `revision` with its `template` (the set's own
+/// when `None`).
+pub fn pod_for(sts: &StatefulSet, ordinal: i32, revision: &str, template: Option<&PodTemplateSpec>) -> Pod {
     let name = format!("{}-{ordinal}", set_name(sts));
-    let spec = sts.spec.clone().unwrap_or_default();
+    let mut spec = sts.spec.clone().unwrap_or_default();
+    if let Some(t) = template {
+        spec.template = t.clone();
+    }
     let tm = spec.template.metadata.unwrap_or_default();
     let mut labels: BTreeMap<String, String> = tm.labels.unwrap_or_default();
     labels.insert(REVISION_HASH.into(), revision.into());

@@ -93,7 +93,7 @@ fn pods_have_stable_names_hostnames_labels_and_claims() {
     assert!(claim.metadata.owner_references.is_none(), "kept after the set by default (Retain)");
     let existing: BTreeSet<String> = ["data-db-0".to_string()].into();
     assert!(reconcile(&s, &[], &existing, now()).claims.is_empty(), "a claim is made once");
-    let p = pod_for(&s, 1, "db-abc");
+    let p = pod_for(&s, 1, "db-abc", None);
     assert_eq!(p.metadata.name.as_deref(), Some("db-1"));
     let labels = p.metadata.labels.as_ref().unwrap();
     assert_eq!((labels[POD_NAME].as_str(), labels[POD_INDEX].as_str(), labels[REVISION_HASH].as_str()), ("db-1", "1", "db-abc"));
@@ -131,6 +131,11 @@ fn rolling_update_goes_from_the_highest_ordinal_down_to_the_partition() {
     let mut partitioned = new.clone();
     partitioned.spec.as_mut().unwrap().update_strategy.as_mut().unwrap().rolling_update.as_mut().unwrap().partition = Some(2);
     assert!(reconcile(&partitioned, &[refs[0], refs[1], &p2], &BTreeSet::new(), now()).delete.is_empty());
+    assert_eq!(revision_for(&partitioned, 1), old_rev, "made again below the partition: the current revision");
+    assert_eq!(revision_for(&partitioned, 2), new_rev);
+    let old_template = old.spec.as_ref().unwrap().template.clone();
+    let remade = pod_for(&partitioned, 1, &old_rev, Some(&old_template));
+    assert_eq!(remade.spec.unwrap().containers[0].image.as_deref(), Some("db:1"));
     // All updated and ready: the update revision is now the current one.
     let all: Vec<Pod> = (0..3).map(|o| pod(o, &new_rev, true)).collect();
     let refs: Vec<&Pod> = all.iter().collect();
