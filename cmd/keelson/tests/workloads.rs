@@ -2,8 +2,9 @@
 //! nodes (whose pods finish with the exit code of their `keelson.io/hollow-exit-code`
 //! annotation — simulated): a Job of 3 completions, 2 at a time, completes; a failing
 //! Job reaches its backoff limit; a CronJob firing every minute starts its first Job on
-//! schedule; a DaemonSet runs one pod on every node; a StatefulSet starts its pods in
-//! order with their claims and scales down from the highest ordinal. Assertions are on stored state,
+//! schedule; a DaemonSet runs one pod on every node, one more on a node that joins, and
+//! rolls a new image out; a StatefulSet starts its pods in order with their claims, rolls
+//! a new image out and scales down from the highest ordinal. Assertions are on stored state,
 //! polled with generous overall timeouts.
 
 mod cluster_support;
@@ -182,6 +183,36 @@ async fn jobs_cronjobs_daemonsets_and_statefulsets_converge_on_hollow_nodes() {
     assert_eq!(agent_revisions[0].metadata.name, Some(format!("agent-{hash}")));
     assert_eq!(agent_revisions[0].metadata.owner_references.as_ref().unwrap()[0].kind, "DaemonSet");
 
+    // A node joins: it gets its daemon pod. A new image rolls out to every node.
+    let extra = tokio::spawn(keelson_agent::hollow::run(admin.clone(), keelson_agent::hollow::HollowConfig::new("extra", 1), shutdown.clone()));
+    let daemon_pods = |image: &'static str| {
+        let pods = pods.clone();
+        move || {
+            let pods = pods.clone();
+            async move {
+                let list = pods.list(&ListParams::default().labels("app=agent")).await.map_err(|e| e.to_string())?.items;
+                let mut nodes: Vec<String> = list
+                    .iter()
+                    .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") && p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some(image))
+                    .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+                    .collect();
+                nodes.sort();
+                let want: Vec<String> = ["extra-0", "hollow-0", "hollow-1", "hollow-2"].map(String::from).to_vec();
+                (nodes == want && list.len() == want.len()).then_some(()).ok_or(format!("{image} running on {nodes:?} of {} pods", list.len()))
+            }
+        }
+    };
+    eventually("a daemon pod on the node that joined", Duration::from_secs(90), daemon_pods("example.com/agent:1")).await;
+    sets.patch("agent", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "example.com/agent:2"}]}}}}))).await.unwrap();
+    eventually("agent:2 rolled out to every node", Duration::from_secs(120), daemon_pods("example.com/agent:2")).await;
+    eventually("the DaemonSet's rolled-out status", Duration::from_secs(60), || async {
+        let s = sets.get("agent").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+        (s.desired_number_scheduled == 4 && s.updated_number_scheduled == Some(4) && s.number_available == Some(4)).then_some(()).ok_or(format!("{s:?}"))
+    })
+    .await;
+    let numbers: Vec<i64> = revisions.list(&ListParams::default().labels("app=agent")).await.unwrap().items.iter().map(|r| r.revision).collect();
+    assert_eq!(numbers.iter().copied().collect::<std::collections::BTreeSet<_>>(), [1, 2].into(), "{numbers:?}");
+
     // The StatefulSet: db-0, db-1, db-2 in order, each with its claim; scaled to 1, the
     // highest ordinals go and the claims stay.
     let db = eventually("three stateful pods running", Duration::from_secs(120), || async {
@@ -205,6 +236,17 @@ async fn jobs_cronjobs_daemonsets_and_statefulsets_converge_on_hollow_nodes() {
     .await;
     let db_revisions = revisions.list(&ListParams::default().labels("app=db")).await.unwrap().items;
     assert_eq!(db_revisions.iter().filter_map(|r| r.metadata.name.clone()).collect::<Vec<_>>(), vec![per_node_hash(&pods, "app=db").await]);
+    // A new image rolls from db-2 down to db-0.
+    let before = statefulsets.get("db").await.unwrap().status.unwrap().current_revision.unwrap();
+    statefulsets.patch("db", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "example.com/db:2"}]}}}}))).await.unwrap();
+    let after = eventually("db:2 rolled out", Duration::from_secs(120), || async {
+        let s = statefulsets.get("db").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+        let list = pods.list(&ListParams::default().labels("app=db")).await.map_err(|e| e.to_string())?.items;
+        let on_2 = list.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") && p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("example.com/db:2")).count();
+        (on_2 == 3 && list.len() == 3 && s.current_revision == s.update_revision && s.updated_replicas == Some(3)).then_some(s.current_revision.clone().unwrap()).ok_or(format!("{on_2} on db:2 of {}; {s:?}", list.len()))
+    })
+    .await;
+    assert_ne!(before, after);
     statefulsets.patch("db", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(json!({"spec": {"replicas": 1}}))).await.unwrap();
     eventually("scaled down to db-0", Duration::from_secs(90), || async {
         let list = pods.list(&ListParams::default().labels("app=db")).await.map_err(|e| e.to_string())?.items;
@@ -252,5 +294,6 @@ async fn jobs_cronjobs_daemonsets_and_statefulsets_converge_on_hollow_nodes() {
 
     shutdown.cancel();
     let _ = hollow.await;
+    let _ = extra.await;
     cluster.stop(Duration::from_secs(10)).await.unwrap();
 }
