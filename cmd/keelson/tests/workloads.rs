@@ -1,11 +1,12 @@
 //! The workload controllers end to end on real `keelson server` processes with hollow
 //! nodes (whose pods finish with the exit code of their `keelson.io/hollow-exit-code`
 //! annotation — simulated): a Job of 3 completions, 2 at a time, completes; a failing
-//! Job reaches its backoff limit; a CronJob firing every minute starts its first Job on
-//! schedule; a DaemonSet runs one pod on every node, one more on a node that joins, and
-//! rolls a new image out; a StatefulSet starts its pods in order with their claims, rolls
-//! a new image out and scales down from the highest ordinal. Assertions are on stored state,
-//! polled with generous overall timeouts.
+//! Job reaches its backoff limit, another is failed by its pod failure policy; a CronJob
+//! firing every minute starts its first Job on schedule; a DaemonSet runs one pod on
+//! every node, one more on a node that joins, and rolls a new image out; a StatefulSet
+//! starts its pods in order with their claims, rolls a new image out and scales down
+//! from the highest ordinal. Assertions are on stored state, polled with generous
+//! overall timeouts.
 
 mod cluster_support;
 
@@ -90,6 +91,9 @@ async fn jobs_cronjobs_daemonsets_and_statefulsets_converge_on_hollow_nodes() {
     let pp = PostParams::default();
     jobs.create(&pp, &job("three", 0, 3, 2, 6)).await.unwrap();
     jobs.create(&pp, &job("doomed", 1, 1, 1, 1)).await.unwrap();
+    let mut fatal = job("fatal", 42, 1, 1, 6);
+    fatal.spec.as_mut().unwrap().pod_failure_policy = Some(serde_json::from_value(json!({"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]})).unwrap());
+    jobs.create(&pp, &fatal).await.unwrap();
     let cronjob: CronJob = serde_json::from_value(json!({
         "metadata": {"name": "tick"},
         "spec": {"schedule": "*/1 * * * *", "jobTemplate": {"spec": {"template": {"metadata": {"annotations": {"keelson.io/hollow-exit-code": "0"}},
@@ -151,6 +155,17 @@ async fn jobs_cronjobs_daemonsets_and_statefulsets_converge_on_hollow_nodes() {
         ev.iter().any(|e| e == "BackoffLimitExceeded Job has reached the specified backoff limit").then_some(()).ok_or(format!("{ev:?}"))
     })
     .await;
+
+    // The pod failure policy fails a Job at its first exit code 42, backoffLimit or not.
+    let fatal = eventually("job fatal fails by its pod failure policy", Duration::from_secs(60), || async {
+        let j = jobs.get("fatal").await.map_err(|e| e.to_string())?;
+        condition(&j, "Failed").map(|_| j.clone()).ok_or_else(|| format!("{:?}", j.status))
+    })
+    .await;
+    let (reason, message) = condition(&fatal, "Failed").unwrap();
+    assert_eq!(reason, "PodFailurePolicy");
+    assert!(message.starts_with("Container c for pod default/fatal-") && message.ends_with("failed with exit code 42 matching FailJob rule at index 0"), "{message}");
+    assert_eq!(fatal.status.as_ref().unwrap().failed, Some(1));
 
     // The DaemonSet: exactly one Running pod on every hollow node.
     let per_node = eventually("one daemon pod per node", Duration::from_secs(90), || async {

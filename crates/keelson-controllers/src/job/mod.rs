@@ -3,6 +3,7 @@
 //! ttl-after-finished controller, folded in here). The executor writes the status before
 //! it removes any pod's tracking finalizer, so a crash in between loses no count.
 
+pub mod failure_policy;
 pub mod reconcile;
 
 use std::sync::Arc;

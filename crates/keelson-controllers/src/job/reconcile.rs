@@ -7,10 +7,11 @@
 //! - `parallelism` pods run at once towards `completions` (NonIndexed, or Indexed with
 //!   one pod per completion index);
 //! - failed pods (and, with podReplacementPolicy TerminatingOrFailed, deleted ones) count
-//!   against `backoffLimit`, with restarts of OnFailure pods; replacements wait
-//!   10 s·2^(n−1), at most 10 minutes;
-//! - success adds `SuccessCriteriaMet`, a failure `FailureTarget` (BackoffLimitExceeded,
-//!   DeadlineExceeded); once no pod is left running or uncounted, `Complete` (with
+//!   against `backoffLimit`, with restarts of OnFailure pods, unless the
+//!   podFailurePolicy ignores them or fails the Job at once ([`super::failure_policy`]);
+//!   replacements wait 10 s·2^(n−1), at most 10 minutes;
+//! - success adds `SuccessCriteriaMet`, a failure `FailureTarget` (PodFailurePolicy,
+//!   BackoffLimitExceeded, DeadlineExceeded); once no pod is left running or uncounted, `Complete` (with
 //!   completionTime) or `Failed` follows;
 //! - `suspend` deletes the running pods, sets `Suspended`, and resuming resets startTime.
 
@@ -21,6 +22,7 @@ use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus, UncountedTermina
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
+use super::failure_policy::{judge, Verdict};
 use crate::pods::{controller_of, controller_ref, is_ready};
 use crate::replicaset::reconcile::deletion_rank;
 
@@ -264,6 +266,7 @@ pub fn reconcile(job: &Job, pods: &[&Pod], now: jiff::Timestamp) -> Plan {
         }
     }
     let mut completed: BTreeSet<i32> = parse_indexes(plan.status.completed_indexes.as_deref().unwrap_or(""));
+    let mut fail_job: Option<String> = None;
     for p in owned.iter().filter(|p| has_finalizer(p)) {
         let u = uid(p);
         let known = unc_succeeded.contains(&u) || unc_failed.contains(&u);
@@ -271,7 +274,18 @@ pub fn reconcile(job: &Job, pods: &[&Pod], now: jiff::Timestamp) -> Plan {
             if phase(p) == Some("Succeeded") {
                 unc_succeeded.push(u);
             } else if counts_failed(p, only_failed) {
-                unc_failed.push(u);
+                let verdict = match (&spec.pod_failure_policy, phase(p)) {
+                    (Some(policy), Some("Failed")) => judge(policy, p),
+                    _ => Verdict::Count,
+                };
+                match verdict {
+                    Verdict::Ignore => {}
+                    Verdict::Count => unc_failed.push(u),
+                    Verdict::FailJob(message) => {
+                        fail_job.get_or_insert(message);
+                        unc_failed.push(u);
+                    }
+                }
             } else {
                 continue;
             }
@@ -322,12 +336,15 @@ pub fn reconcile(job: &Job, pods: &[&Pod], now: jiff::Timestamp) -> Plan {
             None => succeeded_eff > 0 && active.is_empty(),
         };
         let deadline = spec.active_deadline_seconds.zip(status.start_time.as_ref()).map(|(s, t)| t.0 + jiff::SignedDuration::from_secs(s));
-        if done {
-            set_condition(&mut status, "SuccessCriteriaMet", "True", "CompletionsReached", MSG_COMPLETIONS, now);
+        // Failures first, as Kubernetes judges them.
+        if let Some(message) = &fail_job {
+            set_condition(&mut status, "FailureTarget", "True", "PodFailurePolicy", message, now);
         } else if failed_eff + restarts > backoff_limit {
             set_condition(&mut status, "FailureTarget", "True", "BackoffLimitExceeded", MSG_BACKOFF, now);
         } else if deadline.is_some_and(|d| now >= d) {
             set_condition(&mut status, "FailureTarget", "True", "DeadlineExceeded", MSG_DEADLINE, now);
+        } else if done {
+            set_condition(&mut status, "SuccessCriteriaMet", "True", "CompletionsReached", MSG_COMPLETIONS, now);
         } else if let Some(d) = deadline {
             plan.requeue = Some(Duration::try_from(d - now).unwrap_or(Duration::ZERO) + Duration::from_millis(100));
         }
@@ -383,7 +400,11 @@ pub fn reconcile(job: &Job, pods: &[&Pod], now: jiff::Timestamp) -> Plan {
         if let Some(c) = has_condition(&status, "FailureTarget").cloned() {
             let (reason, message) = (c.reason.unwrap_or_default(), c.message.unwrap_or_default());
             set_condition(&mut status, "Failed", "True", &reason, &message, now);
-            let reason: &'static str = if reason == "DeadlineExceeded" { "DeadlineExceeded" } else { "BackoffLimitExceeded" };
+            let reason: &'static str = match reason.as_str() {
+                "DeadlineExceeded" => "DeadlineExceeded",
+                "PodFailurePolicy" => "PodFailurePolicy",
+                _ => "BackoffLimitExceeded",
+            };
             plan.events.push(JobEvent { warning: true, reason, message });
         } else {
             set_condition(&mut status, "Complete", "True", "CompletionsReached", MSG_COMPLETIONS, now);

@@ -268,3 +268,27 @@ fn ttl_after_finished() {
     assert_eq!(ttl_remaining(&job(json!({}), done), now()), None);
     assert_eq!(ttl_remaining(&job(json!({"ttlSecondsAfterFinished": 0}), json!({})), now()), None, "not finished");
 }
+
+#[test]
+fn the_pod_failure_policy_fails_the_job_at_once_or_ignores_the_failure() {
+    let spec = json!({"backoffLimit": 6, "podFailurePolicy": {"rules": [
+        {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}},
+        {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [7]}}]}});
+    let mut fatal = pod("fatal", "Failed", false);
+    fatal.status.as_mut().unwrap().container_statuses.as_mut().unwrap()[0].state.as_mut().unwrap().terminated.as_mut().unwrap().exit_code = 42;
+    let plan = reconcile(&job(spec.clone(), json!({})), &[&fatal], now());
+    let target = plan.status.conditions.iter().flatten().find(|c| c.type_ == "FailureTarget").unwrap();
+    assert_eq!(target.reason.as_deref(), Some("PodFailurePolicy"));
+    assert_eq!(target.message.as_deref(), Some("Container c for pod d/fatal failed with exit code 42 matching FailJob rule at index 0"));
+    let j = job(spec.clone(), serde_json::to_value(&plan.status).unwrap());
+    let counted = pod("fatal", "Failed", true);
+    let plan = reconcile(&j, &[&counted], now());
+    assert!(conditions(&plan).contains(&("Failed".into(), "True".into(), "PodFailurePolicy".into())));
+    assert_eq!(plan.events[0].reason, "PodFailurePolicy");
+    let mut benign = pod("benign", "Failed", false);
+    benign.status.as_mut().unwrap().container_statuses.as_mut().unwrap()[0].state.as_mut().unwrap().terminated.as_mut().unwrap().exit_code = 7;
+    let plan = reconcile(&job(spec, json!({})), &[&benign], now());
+    assert_eq!(plan.status.uncounted_terminated_pods.unwrap().failed, Some(vec![]), "ignored: not a failure");
+    assert_eq!(plan.remove_finalizers, vec!["benign"]);
+    assert_eq!(plan.create, vec![None], "replaced at once, without backoff");
+}
