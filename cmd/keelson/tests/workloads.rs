@@ -5,17 +5,19 @@
 //! firing every minute starts its first Job on schedule; a DaemonSet runs one pod on
 //! every node, one more on a node that joins, and rolls a new image out; a StatefulSet
 //! starts its pods in order with their claims, rolls a new image out and scales down
-//! from the highest ordinal. Assertions are on stored state, polled with generous
-//! overall timeouts.
+//! from the highest ordinal; the controller manager's server killed while a Job runs,
+//! the next holder finishes it without a pod made twice. Assertions are on stored state,
+//! polled with generous overall timeouts.
 
 mod cluster_support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use cluster_support::{client, start_short_elections};
+use cluster_support::{client, server_of, start_short_elections};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
@@ -307,8 +309,35 @@ async fn jobs_cronjobs_daemonsets_and_statefulsets_converge_on_hollow_nodes() {
     })
     .await;
 
+    // The controller manager's server dies while a Job runs: the next holder finishes it
+    // with no pod made twice. Its pods run on a node served through a surviving server.
+    let holder = Api::<Lease>::namespaced(admin.clone(), "kube-system").get("kube-controller-manager").await.unwrap().spec.unwrap().holder_identity.unwrap();
+    let victim = server_of(&holder).unwrap();
+    let survivor = client(&cluster, &format!("keelson-{}", (victim + 1) % 3 + 1)).await;
+    let fo_nodes = tokio::spawn(keelson_agent::hollow::run(survivor.clone(), keelson_agent::hollow::HollowConfig::new("fo", 1), shutdown.clone()));
+    let survivor_jobs: Api<Job> = Api::namespaced(survivor.clone(), "default");
+    let survivor_pods: Api<Pod> = Api::namespaced(survivor.clone(), "default");
+    let mut steady = job("steady", 0, 4, 2, 6);
+    steady.spec.as_mut().unwrap().template.spec.as_mut().unwrap().node_selector = Some([("kubernetes.io/hostname".to_string(), "fo-0".to_string())].into());
+    survivor_jobs.create(&pp, &steady).await.unwrap();
+    eventually("job steady's first pods", Duration::from_secs(60), || async {
+        let n = survivor_pods.list(&ListParams::default().labels("batch.kubernetes.io/job-name=steady")).await.map_err(|e| e.to_string())?.items.len();
+        (n > 0).then_some(()).ok_or(format!("{n} pods"))
+    })
+    .await;
+    cluster.kill(victim).await.unwrap();
+    let steady = eventually("job steady completes after the failover", Duration::from_secs(120), || async {
+        let j = survivor_jobs.get("steady").await.map_err(|e| e.to_string())?;
+        condition(&j, "Complete").map(|_| j.clone()).ok_or_else(|| format!("{:?}", j.status))
+    })
+    .await;
+    assert_eq!(steady.status.as_ref().unwrap().succeeded, Some(4));
+    let steady_pods = survivor_pods.list(&ListParams::default().labels("batch.kubernetes.io/job-name=steady")).await.unwrap().items;
+    assert_eq!(steady_pods.len(), 4, "one pod per completion across the failover: {:?}", steady_pods.iter().map(|p| p.metadata.name.clone()).collect::<Vec<_>>());
+
     shutdown.cancel();
     let _ = hollow.await;
     let _ = extra.await;
+    let _ = fo_nodes.await;
     cluster.stop(Duration::from_secs(10)).await.unwrap();
 }
