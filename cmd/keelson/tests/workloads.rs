@@ -2,12 +2,13 @@
 //! nodes (whose pods finish with the exit code of their `keelson.io/hollow-exit-code`
 //! annotation — simulated): a Job of 3 completions, 2 at a time, completes; a failing
 //! Job reaches its backoff limit, another is failed by its pod failure policy; a CronJob
-//! firing every minute starts its first Job on schedule; a DaemonSet runs one pod on
-//! every node, one more on a node that joins, and rolls a new image out; a StatefulSet
-//! starts its pods in order with their claims, rolls a new image out and scales down
-//! from the highest ordinal; the controller manager's server killed while a Job runs,
-//! the next holder finishes it without a pod made twice. Assertions are on stored state,
-//! polled with generous overall timeouts.
+//! firing every minute starts its first Job on schedule (and `kubectl create job
+//! --from=cronjob/…` works); a DaemonSet runs one pod on every node, one more on a node
+//! that joins, and rolls a new image out; a StatefulSet starts its pods in order with
+//! their claims, rolls a new image out and scales down from the highest ordinal; the
+//! controller manager's server is killed while a Job runs and the next holder finishes
+//! it without a pod made twice. Assertions are on stored state, polled with generous
+//! overall timeouts.
 
 mod cluster_support;
 
@@ -309,6 +310,18 @@ async fn jobs_cronjobs_daemonsets_and_statefulsets_converge_on_hollow_nodes() {
     })
     .await;
 
+    // `kubectl create job --from=cronjob/…` makes a Job the controllers run like any other.
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig").arg(cluster.kubeconfig_path()).args(["--context", "keelson-1", "create", "job", "manual", "--from=cronjob/tick"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    eventually("the manual Job completes", Duration::from_secs(60), || async {
+        let j = jobs.get("manual").await.map_err(|e| e.to_string())?;
+        condition(&j, "Complete").map(|_| ()).ok_or_else(|| format!("{:?}", j.status))
+    })
+    .await;
+
     // The controller manager's server dies while a Job runs: the next holder finishes it
     // with no pod made twice. Its pods run on a node served through a surviving server.
     let holder = Api::<Lease>::namespaced(admin.clone(), "kube-system").get("kube-controller-manager").await.unwrap().spec.unwrap().holder_identity.unwrap();
@@ -325,6 +338,8 @@ async fn jobs_cronjobs_daemonsets_and_statefulsets_converge_on_hollow_nodes() {
         (n > 0).then_some(()).ok_or(format!("{n} pods"))
     })
     .await;
+    let before_kill = survivor_jobs.get("steady").await.unwrap();
+    assert!(condition(&before_kill, "Complete").is_none(), "the Job still runs when the server dies");
     cluster.kill(victim).await.unwrap();
     let steady = eventually("job steady completes after the failover", Duration::from_secs(120), || async {
         let j = survivor_jobs.get("steady").await.map_err(|e| e.to_string())?;
