@@ -2,6 +2,11 @@
 //! pods are reported Running and Ready at once and whose deleted pods are confirmed gone
 //! at once — a kubelet without containers. Their addresses are in 240.0.0.0/4, which is
 //! reserved and never routed: they are data, not endpoints.
+//!
+//! Simulated completion: a pod annotated [`EXIT_CODE_ANNOTATION`] (`"0"`, `"1"`, …) is
+//! reported Running, then after [`SIMULATED_RUN`] its containers are reported terminated
+//! with that code (phase Succeeded for 0, Failed otherwise), whatever its restartPolicy —
+//! how tests run Jobs on nodes without containers. Nothing else is simulated.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::Ipv4Addr;
@@ -16,7 +21,18 @@ use kube::runtime::watcher::{self, watcher};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::status::{node_status, running_pod_status, NodeCapacity};
+use crate::status::{node_status, running_pod_status, terminated_pod_status, NodeCapacity};
+
+/// A pod annotation (simulation only): the exit code its containers finish with on a
+/// hollow node, after [`SIMULATED_RUN`].
+pub const EXIT_CODE_ANNOTATION: &str = "keelson.io/hollow-exit-code";
+
+/// How long a hollow pod with [`EXIT_CODE_ANNOTATION`] runs before it exits.
+pub const SIMULATED_RUN: Duration = Duration::from_secs(1);
+
+fn simulated_exit_code(pod: &Pod) -> Option<i32> {
+    pod.metadata.annotations.as_ref()?.get(EXIT_CODE_ANNOTATION)?.trim().parse().ok()
+}
 
 /// Registering hollow nodes failed.
 #[derive(Debug, thiserror::Error)]
@@ -146,8 +162,10 @@ async fn serve_pods(client: kube::Client, index: Arc<HashMap<String, usize>>, sh
             });
             continue;
         }
-        let reported = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-        if reported || !running.lock().expect("lock").insert(uid) {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let exit_code = simulated_exit_code(&pod);
+        let reported = phase == Some("Running");
+        if matches!(phase, Some("Succeeded" | "Failed")) || (reported && exit_code.is_none()) || !running.lock().expect("lock").insert(uid) {
             continue;
         }
         let n = {
@@ -156,12 +174,21 @@ async fn serve_pods(client: kube::Client, index: Arc<HashMap<String, usize>>, sh
             *e += 1;
             *e
         };
-        let status = running_pod_status(&pod, host_ip(node), pod_ip(node, n), &now());
+        let started = pod.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()).unwrap_or_else(now);
+        let status = (!reported).then(|| running_pod_status(&pod, host_ip(node), pod_ip(node, n), &now()));
         tokio::spawn(async move {
-            if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": status}))).await {
-                tracing::debug!(pod = %name, error = %e, "reporting a hollow pod");
+            if let Some(status) = status {
+                if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": status}))).await {
+                    tracing::debug!(pod = %name, error = %e, "reporting a hollow pod");
+                }
             }
             drop(permit);
+            let Some(code) = exit_code else { return };
+            tokio::time::sleep(SIMULATED_RUN).await;
+            let status = terminated_pod_status(&pod, code, &started, &now());
+            if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": status}))).await {
+                tracing::debug!(pod = %name, error = %e, "reporting a hollow pod's exit");
+            }
         });
     }
 }

@@ -136,6 +136,36 @@ pub fn running_pod_status(pod: &k8s_openapi::api::core::v1::Pod, host_ip: Ipv4Ad
     })
 }
 
+/// The status of a pod whose containers all exited with `exit_code`, as the kubelet
+/// reports a pod that will not restart: Succeeded for 0, Failed otherwise, each container
+/// terminated (`Completed` or `Error`) and the pod no longer ready.
+pub fn terminated_pod_status(pod: &k8s_openapi::api::core::v1::Pod, exit_code: i32, started: &str, now: &str) -> Value {
+    let (phase, reason, ready_reason) = if exit_code == 0 { ("Succeeded", "Completed", "PodCompleted") } else { ("Failed", "Error", "PodFailed") };
+    let containers: Vec<Value> = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or(&[])
+        .iter()
+        .map(|c| {
+            json!({
+                "name": c.name, "image": c.image, "imageID": "", "ready": false, "started": false, "restartCount": 0,
+                "containerID": format!("hollow://{}", c.name),
+                "state": {"terminated": {"exitCode": exit_code, "reason": reason, "startedAt": started, "finishedAt": now, "containerID": format!("hollow://{}", c.name)}},
+            })
+        })
+        .collect();
+    let condition = |t: &str, s: &str, r: Option<&str>| json!({"type": t, "status": s, "reason": r, "lastProbeTime": null, "lastTransitionTime": now});
+    json!({
+        "phase": phase,
+        "conditions": [
+            condition("PodReadyToStartContainers", "False", None), condition("Initialized", "True", None),
+            condition("Ready", "False", Some(ready_reason)), condition("ContainersReady", "False", Some(ready_reason)), condition("PodScheduled", "True", None),
+        ],
+        "containerStatuses": containers,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,5 +188,17 @@ mod tests {
         assert_eq!(s["podIP"], "198.51.100.7");
         assert_eq!(s["containerStatuses"].as_array().unwrap().len(), 2);
         assert!(s["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+    }
+
+    #[test]
+    fn terminated_pods_succeed_on_zero_and_fail_otherwise() {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "image": "x"}]}})).unwrap();
+        let ok = terminated_pod_status(&pod, 0, "2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z");
+        assert_eq!(ok["phase"], "Succeeded");
+        assert_eq!(ok["containerStatuses"][0]["state"]["terminated"]["reason"], "Completed");
+        let failed = terminated_pod_status(&pod, 3, "2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z");
+        assert_eq!(failed["phase"], "Failed");
+        assert_eq!(failed["containerStatuses"][0]["state"]["terminated"]["exitCode"], 3);
+        assert!(failed["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "Ready" && c["status"] == "False"));
     }
 }

@@ -151,6 +151,7 @@ pub static RESOURCES: &[ResourceDef] = &[
     res!("apps", "ReplicaSet", "replicasets", "replicaset", ns=true, short=["rs"], sub=[Status, Scale], name=Subdomain, spec=true, fields=["status.replicas"], cat=["all"]),
     res!("apps", "StatefulSet", "statefulsets", "statefulset", ns=true, short=["sts"], sub=[Status, Scale], name=Subdomain, spec=true, fields=[], cat=["all"]),
     res!("apps", "DaemonSet", "daemonsets", "daemonset", ns=true, short=["ds"], sub=[Status], name=Subdomain, spec=true, fields=[], cat=["all"]),
+    res!("apps", "ControllerRevision", "controllerrevisions", "controllerrevision", ns=true, short=[], sub=[], name=Subdomain, spec=false, fields=[]),
     res!("batch", "Job", "jobs", "job", ns=true, short=[], sub=[Status], name=Subdomain, spec=true, fields=["status.successful"], cat=["all"]),
     res!("batch", "CronJob", "cronjobs", "cronjob", ns=true, short=["cj"], sub=[Status], name=Subdomain, spec=true, fields=[], cat=["all"]),
     res!("coordination.k8s.io", "Lease", "leases", "lease", ns=true, short=[], sub=[], name=Subdomain, spec=false, fields=[]),

@@ -60,6 +60,9 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Value, creating: bool) {
             default_template(obj, "/spec/template/spec");
         }
         ("batch", "Job") => {
+            if creating {
+                generate_job_selector(obj);
+            }
             default_job_spec(ensure_value(obj, "spec"));
         }
         ("batch", "CronJob") => {
@@ -139,13 +142,40 @@ fn default_template(obj: &mut Value, pointer: &str) {
     }
 }
 
+/// Labels the Job's pods carry and its generated selector matches (Kubernetes'
+/// `generateSelector`): the Job's uid and name, under the `batch.kubernetes.io/` keys and
+/// the legacy bare ones.
+fn generate_job_selector(obj: &mut Value) {
+    if obj.pointer("/spec/manualSelector") == Some(&json!(true)) {
+        return;
+    }
+    let uid = obj.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
+    let name = name_of(obj).to_string();
+    let spec = ensure_value(obj, "spec");
+    let template = ensure_value(spec, "template");
+    let labels = ensure_obj(ensure_value(template, "metadata"), "labels");
+    for (k, v) in [("batch.kubernetes.io/controller-uid", &uid), ("controller-uid", &uid), ("batch.kubernetes.io/job-name", &name), ("job-name", &name)] {
+        labels.entry(k).or_insert(json!(v));
+    }
+    if spec.get("selector").is_none_or(Value::is_null) {
+        spec["selector"] = json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}});
+    }
+}
+
 fn default_job_spec(spec: &mut Value) {
     if let Some(s) = spec.as_object_mut() {
+        // Both unset means one pod; parallelism alone leaves completions unset (a work queue).
+        if s.get("completions").is_none() && s.get("parallelism").is_none() {
+            s.insert("completions".into(), json!(1));
+        }
         s.entry("parallelism").or_insert(json!(1));
-        s.entry("completions").or_insert(json!(1));
         s.entry("backoffLimit").or_insert(json!(6));
         s.entry("completionMode").or_insert(json!("NonIndexed"));
         s.entry("suspend").or_insert(json!(false));
+        if s.get("podFailurePolicy").is_none() {
+            s.entry("podReplacementPolicy").or_insert(json!("TerminatingOrFailed"));
+        }
+        s.entry("manualSelector").or_insert(json!(false));
     }
     if let Some(ps) = spec.pointer_mut("/template/spec") {
         default_pod_spec(ps);
@@ -376,6 +406,27 @@ mod tests {
         assert_eq!(p["status"]["phase"], "Pending");
         assert_eq!(p["status"]["qosClass"], "BestEffort");
         assert!(validate(def, &p).is_ok());
+    }
+
+    #[test]
+    fn jobs_get_a_generated_selector_and_kubernetes_defaults() {
+        let def = lookup("batch", "v1", "jobs").unwrap();
+        let mut j = json!({"metadata": {"name": "pi", "uid": "u-1"}, "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}});
+        apply_defaults(def, &mut j, true);
+        assert_eq!(j["spec"]["selector"], json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}}));
+        let labels = &j["spec"]["template"]["metadata"]["labels"];
+        assert_eq!((labels["batch.kubernetes.io/job-name"].as_str(), labels["job-name"].as_str()), (Some("pi"), Some("pi")));
+        assert_eq!((labels["batch.kubernetes.io/controller-uid"].as_str(), labels["controller-uid"].as_str()), (Some("u-1"), Some("u-1")));
+        assert_eq!((j["spec"]["completions"].as_i64(), j["spec"]["parallelism"].as_i64(), j["spec"]["backoffLimit"].as_i64()), (Some(1), Some(1), Some(6)));
+        assert_eq!(j["spec"]["podReplacementPolicy"], "TerminatingOrFailed");
+        assert!(validate(def, &j).is_ok());
+        let mut queue = json!({"metadata": {"name": "q", "uid": "u-2"}, "spec": {"parallelism": 3, "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}});
+        apply_defaults(def, &mut queue, true);
+        assert!(queue["spec"].get("completions").is_none(), "parallelism alone is a work queue");
+        let mut manual = json!({"metadata": {"name": "m", "uid": "u-3"}, "spec": {"manualSelector": true, "selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}}}});
+        apply_defaults(def, &mut manual, true);
+        assert_eq!(manual["spec"]["selector"], json!({"matchLabels": {"a": "b"}}));
+        assert!(manual["spec"]["template"]["metadata"]["labels"].get("job-name").is_none());
     }
 
     #[test]

@@ -142,6 +142,7 @@ pub async fn run_controllers(term: Leadership) {
                 crate::replicaset::run(ctx.clone(), rs_rx),
                 crate::deployment::run(ctx.clone(), deployment_rx),
                 crate::garbage::run(ctx.clone()),
+                crate::workloads::run(term.clone()),
             );
         } => {}
     }

@@ -6,16 +6,23 @@
 //! it owns and the time) and a thin loop performing it. Shared here: [`informers`] (one
 //! reflector per resource for all controllers, feeding their [`work`] queues),
 //! [`expectations`], [`pods`] and [`selector`]. The [`garbage`] collector handles the
-//! ownerReferences of the objects these controllers make.
+//! ownerReferences of the objects these controllers make. The workload controllers
+//! ([`job`], …) have their own reflectors and queues (`workloads`).
 
+pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
 pub mod expectations;
 pub mod garbage;
 mod informers;
+pub mod job;
 pub mod pods;
 pub mod replicaset;
+pub mod revisions;
 pub mod selector;
+pub mod statefulset;
 pub mod work;
+mod workloads;
 
 use keelson_component::{ComponentSpec, ControlPlaneAccess, Leadership, KUBE_CONTROLLER_MANAGER};
 use tokio_util::sync::CancellationToken;

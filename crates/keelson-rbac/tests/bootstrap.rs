@@ -553,6 +553,28 @@ fn scheduler_controller_manager_and_proxy() {
             .named("x")
             .with_subresource("status")
     ));
+    // What the workload controllers write: their objects' status, pods' finalizers.
+    for (group, resource) in [
+        ("batch", "jobs"),
+        ("batch", "cronjobs"),
+        ("apps", "daemonsets"),
+    ] {
+        assert!(
+            can(
+                &s,
+                &kcm,
+                res("update", group, resource, Some("d"))
+                    .named("x")
+                    .with_subresource("status")
+            ),
+            "update {group}/{resource}/status"
+        );
+    }
+    assert!(can(
+        &s,
+        &kcm,
+        res("patch", "", "pods", Some("d")).named("x")
+    ));
     assert!(!can(
         &s,
         &kcm,

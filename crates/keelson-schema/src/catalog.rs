@@ -238,6 +238,7 @@ catalog! {
     listable apps::ReplicaSet, ["rs"], ["all"], [status, scale];
     listable apps::StatefulSet, ["sts"], ["all"], [status, scale];
     listable apps::DaemonSet, ["ds"], ["all"], [status];
+    listable apps::ControllerRevision, [], [], [];
     listable batch::Job, [], ["all"], [status];
     listable batch::CronJob, ["cj"], ["all"], [status];
     listable coordination::Lease, [], [], [];
@@ -330,6 +331,7 @@ mod tests {
             ("apps", "ReplicaSet", "replicasets", true),
             ("apps", "StatefulSet", "statefulsets", true),
             ("apps", "DaemonSet", "daemonsets", true),
+            ("apps", "ControllerRevision", "controllerrevisions", true),
             ("batch", "Job", "jobs", true),
             ("batch", "CronJob", "cronjobs", true),
             ("coordination.k8s.io", "Lease", "leases", true),

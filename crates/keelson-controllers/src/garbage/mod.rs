@@ -1,31 +1,38 @@
 //! The garbage collector for the workload objects the controller manager reflects: a
 //! sweep every second over the snapshot, decisions by [`reconcile::collect`], and an
-//! executor that checks with live reads before it deletes anything.
+//! executor that checks with live reads before it deletes anything. The workload
+//! controllers run the same [`sweep`] over their own snapshot, for their own owner kinds.
 
 pub mod reconcile;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use keelson_component::Leadership;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::json;
 
 use crate::informers::{Ctx, SyncError};
-use reconcile::{collect, GcAction, ObjectKey};
+use reconcile::{collect_owned_by, GcAction, ObjectKey, OWNER_KINDS};
 
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-fn api(ctx: &Ctx, key: &ObjectKey) -> Option<Api<DynamicObject>> {
+fn api(client: &kube::Client, key: &ObjectKey) -> Option<Api<DynamicObject>> {
     let resource = match key.kind.as_str() {
         "Deployment" => ApiResource::erase::<Deployment>(&()),
         "ReplicaSet" => ApiResource::erase::<ReplicaSet>(&()),
         "Pod" => ApiResource::erase::<Pod>(&()),
+        "Job" => ApiResource::erase::<Job>(&()),
+        "CronJob" => ApiResource::erase::<CronJob>(&()),
+        "DaemonSet" => ApiResource::erase::<DaemonSet>(&()),
+        "StatefulSet" => ApiResource::erase::<StatefulSet>(&()),
         _ => return None,
     };
-    Some(Api::namespaced_with(ctx.term.client.clone(), &key.namespace, &resource))
+    Some(Api::namespaced_with(client.clone(), &key.namespace, &resource))
 }
 
 /// Sweeps until the term ends.
@@ -40,30 +47,39 @@ pub(crate) async fn run(ctx: Arc<Ctx>) {
         objects.extend(deployments.iter().map(|d| ("Deployment", &d.metadata)));
         objects.extend(sets.iter().map(|r| ("ReplicaSet", &r.metadata)));
         objects.extend(pods.iter().map(|p| ("Pod", &p.metadata)));
-        for action in collect(&objects) {
-            let span = tracing::info_span!("reconcile", controller = "garbagecollector", action = ?action);
-            match tracing::Instrument::instrument(execute(&ctx, &action), span).await {
-                Ok(()) => {}
-                Err(SyncError::Fenced) => {
-                    ctx.term.step_down();
-                    return;
-                }
-                Err(e) => tracing::debug!(error = %e, ?action, "garbage collection step failed; the next sweep retries"),
-            }
+        if !sweep(&ctx.term, &objects, &OWNER_KINDS).await {
+            return;
         }
     }
+}
+
+/// One sweep over `objects` for owners of `owner_kinds`; `false` when a write was fenced
+/// (the term is over).
+pub(crate) async fn sweep(term: &Leadership, objects: &[(&str, &ObjectMeta)], owner_kinds: &[&str]) -> bool {
+    for action in collect_owned_by(objects, owner_kinds) {
+        let span = tracing::info_span!("reconcile", controller = "garbagecollector", action = ?action);
+        match tracing::Instrument::instrument(execute(&term.client, &action), span).await {
+            Ok(()) => {}
+            Err(SyncError::Fenced) => {
+                term.step_down();
+                return false;
+            }
+            Err(e) => tracing::debug!(error = %e, ?action, "garbage collection step failed; the next sweep retries"),
+        }
+    }
+    true
 }
 
 fn not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
-async fn execute(ctx: &Ctx, action: &GcAction) -> Result<(), SyncError> {
+async fn execute(client: &kube::Client, action: &GcAction) -> Result<(), SyncError> {
     match action {
         GcAction::DeleteOrphaned { object, owners } => {
             // The snapshot may lag: an owner counts as gone only if a live read says so.
             for (owner, uid) in owners {
-                let Some(owners_api) = api(ctx, owner) else { return Ok(()) };
+                let Some(owners_api) = api(client, owner) else { return Ok(()) };
                 match owners_api.get(&owner.name).await {
                     Ok(o) if o.metadata.uid.as_deref() == Some(uid.as_str()) => return Ok(()),
                     Ok(_) => {}
@@ -71,11 +87,11 @@ async fn execute(ctx: &Ctx, action: &GcAction) -> Result<(), SyncError> {
                     Err(e) => return Err(SyncError::from_kube(e)),
                 }
             }
-            delete(ctx, object, DeleteParams::background()).await
+            delete(client, object, DeleteParams::background()).await
         }
-        GcAction::DeleteForeground { object } => delete(ctx, object, DeleteParams::foreground()).await,
+        GcAction::DeleteForeground { object } => delete(client, object, DeleteParams::foreground()).await,
         GcAction::DropOwners { object, uids } => {
-            let Some(a) = api(ctx, object) else { return Ok(()) };
+            let Some(a) = api(client, object) else { return Ok(()) };
             let Some(live) = live(&a, &object.name).await? else { return Ok(()) };
             let kept: Vec<_> = live.metadata.owner_references.unwrap_or_default().into_iter().filter(|o| !uids.contains(&o.uid)).collect();
             let kept = if kept.is_empty() { serde_json::Value::Null } else { json!(kept) };
@@ -84,7 +100,7 @@ async fn execute(ctx: &Ctx, action: &GcAction) -> Result<(), SyncError> {
             Ok(())
         }
         GcAction::RemoveFinalizer { object, finalizer } => {
-            let Some(a) = api(ctx, object) else { return Ok(()) };
+            let Some(a) = api(client, object) else { return Ok(()) };
             let Some(live) = live(&a, &object.name).await? else { return Ok(()) };
             let kept: Vec<String> = live.metadata.finalizers.unwrap_or_default().into_iter().filter(|f| f != finalizer).collect();
             let kept = if kept.is_empty() { serde_json::Value::Null } else { json!(kept) };
@@ -104,8 +120,8 @@ async fn live(a: &Api<DynamicObject>, name: &str) -> Result<Option<DynamicObject
     }
 }
 
-async fn delete(ctx: &Ctx, object: &ObjectKey, params: DeleteParams) -> Result<(), SyncError> {
-    let Some(a) = api(ctx, object) else { return Ok(()) };
+async fn delete(client: &kube::Client, object: &ObjectKey, params: DeleteParams) -> Result<(), SyncError> {
+    let Some(a) = api(client, object) else { return Ok(()) };
     match a.delete(&object.name, &params).await {
         Ok(_) => {
             tracing::debug!(kind = %object.kind, name = %object.name, "garbage collected");

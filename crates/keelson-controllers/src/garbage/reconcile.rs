@@ -20,6 +20,9 @@ pub const FOREGROUND: &str = "foregroundDeletion";
 /// Kinds whose owners this collector knows (their objects are all in the snapshot).
 pub const OWNER_KINDS: [&str; 2] = ["Deployment", "ReplicaSet"];
 
+/// The owner kinds of the workload controllers' snapshot (`crate::workloads`).
+pub const WORKLOAD_OWNER_KINDS: [&str; 4] = ["CronJob", "Job", "DaemonSet", "StatefulSet"];
+
 /// An object by kind, namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
@@ -48,14 +51,21 @@ fn has_finalizer(meta: &ObjectMeta, f: &str) -> bool {
     meta.deletion_timestamp.is_some() && meta.finalizers.iter().flatten().any(|x| x == f)
 }
 
-/// Decisions over every object `(kind, metadata)` of the snapshot.
+/// Decisions over every object `(kind, metadata)` of the snapshot, for owners of
+/// [`OWNER_KINDS`].
 pub fn collect(objects: &[(&str, &ObjectMeta)]) -> Vec<GcAction> {
+    collect_owned_by(objects, &OWNER_KINDS)
+}
+
+/// Decisions over every object of the snapshot for owners of `owner_kinds` (every
+/// object of those kinds must be in it).
+pub fn collect_owned_by(objects: &[(&str, &ObjectMeta)], owner_kinds: &[&str]) -> Vec<GcAction> {
     let by_uid: HashMap<&str, (&str, &ObjectMeta)> = objects.iter().filter_map(|(k, m)| Some((m.uid.as_deref()?, (*k, *m)))).collect();
     let mut actions = Vec::new();
     // uid of an owner → (dependents left, dependents left that block its deletion)
     let mut dependents: HashMap<&str, (usize, usize)> = HashMap::new();
     for (kind, meta) in objects {
-        let refs: Vec<_> = meta.owner_references.iter().flatten().filter(|o| OWNER_KINDS.contains(&o.kind.as_str())).collect();
+        let refs: Vec<_> = meta.owner_references.iter().flatten().filter(|o| owner_kinds.contains(&o.kind.as_str())).collect();
         if refs.is_empty() {
             continue;
         }
@@ -153,5 +163,16 @@ mod tests {
         let rs = owned("web-1", "Deployment", "web", "d-uid");
         let job_pod = owned("job-a", "Job", "job", "job-uid");
         assert!(collect(&[("Deployment", &d), ("ReplicaSet", &rs), ("Pod", &job_pod)]).is_empty());
+    }
+
+    #[test]
+    fn the_workload_sweep_judges_jobs_and_cronjobs_only() {
+        let rs_pod = owned("web-1-a", "ReplicaSet", "web-1", "rs-uid");
+        let job = owned("nightly-1", "CronJob", "nightly", "gone-uid");
+        let job_pod = owned("nightly-1-a", "Job", "nightly-1", "nightly-1-uid");
+        let actions = collect_owned_by(&[("Pod", &rs_pod), ("Job", &job), ("Pod", &job_pod)], &WORKLOAD_OWNER_KINDS);
+        assert_eq!(actions.len(), 1, "{actions:?}");
+        let GcAction::DeleteOrphaned { object, .. } = &actions[0] else { panic!() };
+        assert_eq!((object.kind.as_str(), object.name.as_str()), ("Job", "nightly-1"));
     }
 }
