@@ -260,6 +260,10 @@ async fn agent_runs_pods_in_real_containers() {
     pods.create(&pp, &mix).await.unwrap();
     pods.create(&pp, &bound("crash", json!({"containers": [{"name": "c", "image": IMG, "command": ["sh", "-c", "exit 3"]}]}))).await.unwrap();
     pods.create(&pp, &bound("done", json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": IMG, "command": ["sh", "-c", "echo ok"]}]}))).await.unwrap();
+    pods.create(&pp, &bound("oom", json!({"restartPolicy": "Never", "containers": [{"name": "hog", "image": IMG, "command": ["sh", "-c", "x=a; while true; do x=$x$x; done"], "resources": {"limits": {"memory": "32Mi"}}}]}))).await.unwrap();
+    pods.create(&pp, &bound("bye", json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": IMG, "command": ["sh", "-c", "echo -n see you > /dev/termination-log; exit 4"]}]}))).await.unwrap();
+    pods.create(&pp, &bound("mem", json!({"terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": IMG, "command": ["sh", "-c", "mount | grep /cache; sleep 3600"], "volumeMounts": [{"name": "cache", "mountPath": "/cache"}]}],
+        "volumes": [{"name": "cache", "emptyDir": {"medium": "Memory", "sizeLimit": "8Mi"}}]}))).await.unwrap();
     pods.create(&pp, &bound("never", json!({"containers": [{"name": "c", "image": "keelson.local/absent:1", "imagePullPolicy": "Never"}]}))).await.unwrap();
 
     // Running and Ready, reachable at its pod IP from the node.
@@ -292,6 +296,19 @@ async fn agent_runs_pods_in_real_containers() {
     let done = pod_where(&pods, "done", "Succeeded", |p| phase(p) == "Succeeded").await;
     assert_eq!(container_status(&done)["state"]["terminated"]["reason"], "Completed");
     pod_where(&pods, "never", "ErrImageNeverPull", |p| container_status(p)["state"]["waiting"]["reason"] == "ErrImageNeverPull").await;
+    // A container over its memory limit is OOMKilled; a termination message is reported;
+    // a memory-backed emptyDir is a tmpfs of its sizeLimit.
+    let oom = pod_where(&pods, "oom", "Failed", |p| phase(p) == "Failed").await;
+    assert_eq!(container_status(&oom)["state"]["terminated"]["reason"], "OOMKilled");
+    assert_eq!(container_status(&oom)["state"]["terminated"]["exitCode"], 137);
+    let bye = pod_where(&pods, "bye", "Failed", |p| phase(p) == "Failed").await;
+    assert_eq!(container_status(&bye)["state"]["terminated"]["message"], "see you");
+    assert_eq!(container_status(&bye)["state"]["terminated"]["exitCode"], 4);
+    pod_where(&pods, "mem", "Running", |p| phase(p) == "Running").await;
+    let mem_uid = pods.get("mem").await.unwrap().metadata.uid.unwrap();
+    let mem_log = dir.join(format!("n1/logs/pods/default_mem_{mem_uid}/c/0.log"));
+    let mounted = poll("mem's mount line", Duration::from_secs(30), || async { std::fs::read_to_string(&mem_log).ok().filter(|l| l.contains("/cache")) }).await;
+    assert!(mounted.contains("tmpfs on /cache type tmpfs") && mounted.contains("size=8192k"), "{mounted}");
 
     // Logs through the API server from the node's agent: current, previous, tail, follow.
     let lp = |c: &str| kube::api::LogParams { container: Some(c.into()), ..Default::default() };
@@ -392,4 +409,7 @@ async fn agent_runs_pods_in_real_containers() {
     agent.terminate(Duration::from_secs(60));
     let leftover = sh(&["pgrep", "-f", &dir.join("n1/containerd").display().to_string()]);
     assert!(leftover.stdout.is_empty(), "containerd or shims left running: {}", String::from_utf8_lossy(&leftover.stdout));
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let ours: Vec<&str> = mounts.lines().filter(|l| l.contains(&dir.display().to_string())).collect();
+    assert!(ours.is_empty(), "mounts left behind: {ours:?}");
 }

@@ -85,6 +85,9 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
     serve_pods(ctx.clone(), &cfg.node_name, shutdown.clone()).await;
     if cfg.stop_pods_on_exit {
         stop_everything(runtime.as_ref()).await;
+        let pods_dir = cfg.data_dir.join("pods");
+        crate::pod::volumes::unmount_under(&pods_dir);
+        let _ = std::fs::remove_dir_all(&pods_dir);
     }
     for t in node_tasks {
         t.abort();
@@ -189,6 +192,7 @@ async fn remove_orphans(ctx: &PodContext, known: &HashSet<String>) {
         }
         let _ = rt.stop_sandbox(&s.id).await;
         let _ = rt.remove_sandbox(&s.id).await;
+        crate::pod::volumes::unmount_under(&ctx.pods_dir.join(&s.uid));
         let _ = std::fs::remove_dir_all(ctx.pods_dir.join(&s.uid));
     }
 }

@@ -21,6 +21,8 @@ pub struct Knowledge {
     pub waiting: BTreeMap<String, (String, String)>,
     /// The node's address.
     pub host_ip: String,
+    /// Termination messages of exited instances, by container id.
+    pub messages: BTreeMap<String, String>,
 }
 
 fn rfc3339(ns: i64) -> Value {
@@ -38,7 +40,7 @@ fn container_id(c: &ContainerInfo) -> String {
 }
 
 /// The terminated state of an exited instance, with the kubelet's reasons.
-fn terminated(c: &ContainerInfo) -> Value {
+fn terminated(c: &ContainerInfo, know: &Knowledge) -> Value {
     let ContainerState::Exited { exit_code, reason, message, started_at_ns, finished_at_ns } = &c.state else { return Value::Null };
     let reason = if reason == "OOMKilled" {
         "OOMKilled"
@@ -48,7 +50,9 @@ fn terminated(c: &ContainerInfo) -> Value {
         "Error"
     };
     let mut t = json!({"exitCode": exit_code, "reason": reason, "startedAt": rfc3339(*started_at_ns), "finishedAt": rfc3339(*finished_at_ns), "containerID": container_id(c)});
-    if !message.is_empty() {
+    if let Some(m) = know.messages.get(&c.id).filter(|m| !m.is_empty()) {
+        t["message"] = json!(m);
+    } else if !message.is_empty() {
         t["message"] = json!(message);
     }
     json!({"terminated": t})
@@ -86,18 +90,18 @@ fn container_status(pod: &Pod, c: &Container, observed: &Observed, plan: &Plan, 
             (state, json!({}), false, false)
         }
         Some(i) => match &i.state {
-            ContainerState::Created | ContainerState::Unknown => (waiting("ContainerCreating", None), previous(observed, i).map(terminated).unwrap_or(json!({})), false, false),
+            ContainerState::Created | ContainerState::Unknown => (waiting("ContainerCreating", None), previous(observed, i).map(|p| terminated(p, know)).unwrap_or(json!({})), false, false),
             ContainerState::Running { started_at_ns } => {
                 let started = know.started.get(&c.name).copied().unwrap_or(true);
                 let ready = started && know.ready.get(&c.name).copied().unwrap_or(true);
-                (json!({"running": {"startedAt": rfc3339(*started_at_ns)}}), previous(observed, i).map(terminated).unwrap_or(json!({})), ready, started)
+                (json!({"running": {"startedAt": rfc3339(*started_at_ns)}}), previous(observed, i).map(|p| terminated(p, know)).unwrap_or(json!({})), ready, started)
             }
             ContainerState::Exited { .. } => match plan.backoffs.iter().find(|b| b.name == c.name) {
                 Some(b) => {
                     let message = format!("back-off {}s restarting failed container={} pod={}", b.delay.as_secs(), c.name, pod_ref(pod));
-                    (waiting("CrashLoopBackOff", Some(message)), terminated(i), false, false)
+                    (waiting("CrashLoopBackOff", Some(message)), terminated(i, know), false, false)
                 }
-                None => (terminated(i), previous(observed, i).map(terminated).unwrap_or(json!({})), false, false),
+                None => (terminated(i, know), previous(observed, i).map(|p| terminated(p, know)).unwrap_or(json!({})), false, false),
             },
         },
     };

@@ -173,9 +173,13 @@ async fn prepare_one(client: &kube::Client, pod: &Pod, ns: &str, uid: &str, v: &
         }
         return Ok(p);
     }
-    if v.empty_dir.is_some() {
+    if let Some(e) = &v.empty_dir {
         let dir = volume_dir(pods_dir, uid, "kubernetes.io~empty-dir", &v.name);
         std::fs::create_dir_all(&dir).map_err(io)?;
+        if e.medium.as_deref() == Some("Memory") && !mounted(&dir) {
+            let size = e.size_limit.as_ref().and_then(|q| super::resources::bytes(&q.0));
+            mount_tmpfs(&dir, size).map_err(io)?;
+        }
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).map_err(io)?;
         return Ok(dir);
     }
@@ -240,6 +244,77 @@ async fn prepare_one(client: &kube::Client, pod: &Pod, ns: &str, uid: &str, v: &
     let dir = volume_dir(pods_dir, uid, plugin, &v.name);
     write_atomically(&dir, &files).map_err(io)?;
     Ok(dir)
+}
+
+/// Whether `dir` is a mount point (in `/proc/self/mounts`).
+fn mounted(dir: &Path) -> bool {
+    let d = dir.display().to_string();
+    std::fs::read_to_string("/proc/self/mounts").unwrap_or_default().lines().any(|l| l.split(' ').nth(1) == Some(d.as_str()))
+}
+
+/// A memory-backed emptyDir: tmpfs, limited to `size` bytes when the volume sets a sizeLimit.
+fn mount_tmpfs(dir: &Path, size: Option<i64>) -> std::io::Result<()> {
+    let c = |s: &str| std::ffi::CString::new(s).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e));
+    let target = c(&dir.display().to_string())?;
+    let options = c(&match size {
+        Some(b) => format!("mode=0777,size={b}"),
+        None => "mode=0777".into(),
+    })?;
+    let fstype = c("tmpfs")?;
+    // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+    let rc = unsafe { libc::mount(fstype.as_ptr(), target.as_ptr(), fstype.as_ptr(), libc::MS_NOSUID | libc::MS_NODEV, options.as_ptr().cast()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Unmounts every mount under `dir` (memory-backed volumes), deepest first, so the
+/// folder can be removed.
+pub fn unmount_under(dir: &Path) {
+    let prefix = format!("{}/", dir.display());
+    let mut points: Vec<String> = std::fs::read_to_string("/proc/self/mounts")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1).map(String::from))
+        .filter(|p| p.starts_with(&prefix))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in points {
+        if let Ok(c) = std::ffi::CString::new(p) {
+            // SAFETY: umount2(2) on a NUL-terminated path.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+}
+
+/// The host file behind a container's termination message (mounted at its
+/// `terminationMessagePath`), created empty and writable.
+pub fn termination_log(pods_dir: &Path, uid: &str, container: &str, attempt: u32) -> std::io::Result<PathBuf> {
+    let dir = pods_dir.join(uid).join("containers").join(container);
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{attempt}-termination-log"));
+    std::fs::write(&path, b"")?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
+    Ok(path)
+}
+
+/// A finished container's termination message: its file (at most 4 KiB, as the kubelet
+/// reads), else with `FallbackToLogsOnError` after a failure the end of its log.
+pub fn termination_message(pods_dir: &Path, uid: &str, container: &str, attempt: u32, log: Option<&Path>, fallback_to_logs: bool, failed: bool) -> String {
+    let file = pods_dir.join(uid).join("containers").join(container).join(format!("{attempt}-termination-log"));
+    let mut msg = std::fs::read(&file).unwrap_or_default();
+    msg.truncate(4096);
+    if msg.is_empty() && fallback_to_logs && failed {
+        if let Some(text) = log.and_then(|p| std::fs::read_to_string(p).ok()) {
+            let (lines, _) = crate::kubelet_api::logs::parse(&text);
+            let start = lines.len().saturating_sub(80);
+            let tail = crate::kubelet_api::logs::render(&lines[start..], false);
+            let bytes = tail.as_bytes();
+            msg = bytes[bytes.len().saturating_sub(2048)..].to_vec();
+        }
+    }
+    String::from_utf8_lossy(&msg).into_owned()
 }
 
 async fn fetch<K>(client: &kube::Client, ns: &str, name: &str, what: &'static str) -> Result<Option<K>, VolumeError>

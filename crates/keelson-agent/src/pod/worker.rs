@@ -244,6 +244,18 @@ async fn report(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, observed: 
             _ => {}
         }
     }
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let log_dir = ctx.logs_dir.join(format!("{}_{}_{}", pod.metadata.namespace.as_deref().unwrap_or("default"), pod.metadata.name.as_deref().unwrap_or(""), uid));
+    for info in &observed.containers {
+        if let ContainerState::Exited { exit_code, .. } = info.state {
+            let fallback = find_container(pod, &info.name).is_some_and(|(c, _)| c.termination_message_policy.as_deref() == Some("FallbackToLogsOnError"));
+            let log = log_dir.join(&info.name).join(format!("{}.log", info.attempt));
+            let msg = volumes::termination_message(&ctx.pods_dir, &uid, &info.name, info.attempt, Some(&log), fallback, exit_code != 0);
+            if !msg.is_empty() {
+                know.messages.insert(info.id.clone(), msg);
+            }
+        }
+    }
     for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
         if c.readiness_probe.is_some() {
             know.ready.entry(c.name.clone()).or_insert(false);
@@ -391,7 +403,13 @@ async fn start_container(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, o
         }
     };
     let mounts = match volumes::mounts(c, &vols) {
-        Ok(m) => m,
+        Ok(mut m) => {
+            let path = c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into());
+            if let Ok(host) = volumes::termination_log(&ctx.pods_dir, &uid, name, attempt) {
+                m.push(crate::runtime::MountSpec { container_path: path, host_path: host.display().to_string(), read_only: false });
+            }
+            m
+        }
         Err(e) => {
             config_error(state, e.to_string());
             return Err(());
@@ -544,6 +562,7 @@ async fn teardown(ctx: &PodContext, pod: &Pod, grace: Duration) -> Result<(), cr
         ctx.runtime.stop_sandbox(&s.id).await?;
         ctx.runtime.remove_sandbox(&s.id).await?;
     }
+    volumes::unmount_under(&ctx.pods_dir.join(&uid));
     let _ = std::fs::remove_dir_all(ctx.pods_dir.join(&uid));
     Ok(())
 }
