@@ -62,6 +62,8 @@ enum BenchCmd {
     Api(keelson_bench::ApiBenchArgs),
     /// The scheduler: hollow nodes and a burst of pods, pods/s and create→bind latency.
     Scheduler(keelson_bench::SchedulerBenchArgs),
+    /// Pod startup on real nodes: create→Running percentiles, the agents' memory and CPU.
+    Pods(keelson_bench::PodsBenchArgs),
 }
 
 fn init_tracing() {
@@ -92,6 +94,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Bench(BenchCmd::Store(args)) => rt.block_on(keelson_bench::run_store_bench(args)),
         Cmd::Bench(BenchCmd::Api(args)) => rt.block_on(keelson_bench::run_api_bench(args)),
         Cmd::Bench(BenchCmd::Scheduler(args)) => rt.block_on(keelson_bench::run_scheduler_bench(args)),
+        Cmd::Bench(BenchCmd::Pods(args)) => rt.block_on(keelson_bench::run_pods_bench(args)),
         Cmd::Token(cmd) => rt.block_on(cli_admin::token(cmd)),
         Cmd::Certs(CertsCmd::Check(args)) => cli_admin::certs_check(args),
         Cmd::HollowNodes(args) => rt.block_on(cli_hollow::run(args)),

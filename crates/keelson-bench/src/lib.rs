@@ -11,10 +11,12 @@
 
 mod api;
 mod load;
+mod pods;
 mod report;
 mod scheduler;
 
 pub use api::{run_api_bench, ApiBenchArgs};
 pub use load::{run_store_bench, StoreBenchArgs};
+pub use pods::{run_pods_bench, PodsBenchArgs, PodsReport};
 pub use report::{PhaseResult, SystemReport};
 pub use scheduler::{run_scheduler_bench, SchedulerBenchArgs, SchedulerReport};

@@ -220,8 +220,8 @@ async fn container_logs(
 
 /// Whether the container's instance `attempt` of pod `uid` is still running.
 async fn running(runtime: &dyn Runtime, uid: &str, container: &str, attempt: u32) -> bool {
-    match runtime.list_containers().await {
-        Ok(cs) => cs.iter().any(|c| c.pod_uid == uid && c.name == container && c.attempt == attempt && matches!(c.state, ContainerState::Running { .. } | ContainerState::Created)),
+    match runtime.pod_containers(uid).await {
+        Ok(cs) => cs.iter().any(|c| c.name == container && c.attempt == attempt && matches!(c.state, ContainerState::Running { .. } | ContainerState::Created)),
         Err(_) => false,
     }
 }

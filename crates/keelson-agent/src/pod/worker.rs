@@ -140,10 +140,10 @@ impl PodContext {
     }
 
     async fn observe(&self, uid: &str) -> Result<Observed, crate::runtime::RuntimeError> {
-        let mut sandboxes: Vec<_> = self.runtime.list_sandboxes().await?.into_iter().filter(|s| s.uid == uid).collect();
+        let mut sandboxes = self.runtime.pod_sandboxes(uid).await?;
         sandboxes.sort_by_key(|s| (s.attempt, s.created_at_ns));
         let sandbox = sandboxes.pop();
-        let containers = self.runtime.list_containers().await?.into_iter().filter(|c| c.pod_uid == uid).collect();
+        let containers = self.runtime.pod_containers(uid).await?;
         Ok(Observed { sandbox, stale_sandboxes: sandboxes, containers })
     }
 
@@ -169,8 +169,13 @@ pub async fn run(ctx: Arc<PodContext>, mut pod_rx: watch::Receiver<Pod>, removed
             if done {
                 return;
             }
-        } else if let Err(e) = tracing::Instrument::instrument(sync(&ctx, &pod, &uid, &mut state), span).await {
-            tracing::info!(error = %e, "pod sync failed; retrying");
+        } else {
+            match tracing::Instrument::instrument(sync(&ctx, &pod, &uid, &mut state), span).await {
+                // A sandbox or container was just started: the next step needs no wait.
+                Ok(true) if !shutdown.is_cancelled() => continue,
+                Ok(_) => {}
+                Err(e) => tracing::info!(error = %e, "pod sync failed; retrying"),
+            }
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -181,16 +186,17 @@ pub async fn run(ctx: Arc<PodContext>, mut pod_rx: watch::Receiver<Pod>, removed
     }
 }
 
-/// One sync of a live pod.
-async fn sync(ctx: &PodContext, pod: &Pod, uid: &str, state: &mut WorkerState) -> Result<(), crate::runtime::RuntimeError> {
-    let Some(spec) = pod.spec.as_ref() else { return Ok(()) };
+/// One sync of a live pod; true when it started a sandbox or container.
+async fn sync(ctx: &PodContext, pod: &Pod, uid: &str, state: &mut WorkerState) -> Result<bool, crate::runtime::RuntimeError> {
+    let Some(spec) = pod.spec.as_ref() else { return Ok(false) };
     let phase_terminal = matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
     refresh_volumes(ctx, pod, state).await;
     let mut observed = ctx.observe(uid).await?;
     let p = plan(spec, &observed, &Verdicts(state, &observed), now_ns(), phase_terminal);
     let acted = !p.actions.is_empty();
+    let mut progressed = false;
     for action in &p.actions {
-        perform(ctx, pod, state, &observed, action).await;
+        progressed |= perform(ctx, pod, state, &observed, action).await;
     }
     if acted {
         observed = ctx.observe(uid).await?;
@@ -205,7 +211,7 @@ async fn sync(ctx: &PodContext, pod: &Pod, uid: &str, state: &mut WorkerState) -
     run_probes(ctx, pod, state, &observed).await;
     let p = plan(spec, &observed, &Verdicts(state, &observed), now_ns(), phase_terminal);
     report(ctx, pod, state, &observed, &p).await;
-    Ok(())
+    Ok(progressed)
 }
 
 /// Rewrites ConfigMap, Secret, downward API and projected volumes of a pod whose
@@ -275,7 +281,8 @@ async fn report(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, observed: 
     }
 }
 
-async fn perform(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, observed: &Observed, action: &Action) {
+/// Performs one action; true when it started a sandbox or a container.
+async fn perform(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, observed: &Observed, action: &Action) -> bool {
     let rt = &ctx.runtime;
     match action {
         Action::CreateSandbox { attempt } => {
@@ -285,15 +292,17 @@ async fn perform(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, observed:
             let spec = ctx.sandbox_spec(pod, *attempt);
             let _ = std::fs::create_dir_all(&spec.log_directory);
             match rt.run_sandbox(&spec).await {
-                Ok(id) => tracing::info!(sandbox = %id, attempt, "sandbox ready"),
+                Ok(id) => {
+                    tracing::info!(sandbox = %id, attempt, "sandbox ready");
+                    return true;
+                }
                 Err(e) => ctx.event(pod, None, EventType::Warning, "FailedCreatePodSandBox", &format!("Failed to create pod sandbox: {e}")).await,
             }
         }
-        Action::StartContainer { name, init: _, attempt } => {
-            if let Err(()) = start_container(ctx, pod, state, observed, name, *attempt).await {
-                tracing::debug!(container = %name, "container not started this sync");
-            }
-        }
+        Action::StartContainer { name, init: _, attempt } => match start_container(ctx, pod, state, observed, name, *attempt).await {
+            Ok(()) => return true,
+            Err(()) => tracing::debug!(container = %name, "container not started this sync"),
+        },
         Action::StartCreated { id } => {
             if let Err(e) = rt.start_container(id).await {
                 tracing::info!(error = %e, "starting a created container");
@@ -324,6 +333,7 @@ async fn perform(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, observed:
             let _ = rt.remove_container(id).await;
         }
     }
+    false
 }
 
 /// Makes sure the image is there, as the pull policy says; `Err` after recording why not.

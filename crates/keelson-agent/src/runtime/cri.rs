@@ -27,6 +27,63 @@ fn call(name: &'static str) -> impl Fn(tonic::Status) -> RuntimeError {
 }
 
 impl CriRuntime {
+    async fn sandboxes(&self, filter: Option<cri::PodSandboxFilter>) -> Result<Vec<SandboxInfo>, RuntimeError> {
+        let mut rt = self.runtime.clone();
+        let items = rt.list_pod_sandbox(cri::ListPodSandboxRequest { filter }).await.map_err(call("ListPodSandbox"))?.into_inner().items;
+        let mut out = Vec::with_capacity(items.len());
+        for sb in items {
+            let ready = sb.state == cri::PodSandboxState::SandboxReady as i32;
+            let ip = if ready {
+                match rt.pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: sb.id.clone(), verbose: false }).await {
+                    Ok(r) => r.into_inner().status.and_then(|s| s.network).map(|n| n.ip).filter(|ip| !ip.is_empty()),
+                    Err(e) if e.code() == tonic::Code::NotFound => continue,
+                    Err(e) => return Err(call("PodSandboxStatus")(e)),
+                }
+            } else {
+                None
+            };
+            let meta = sb.metadata.unwrap_or_default();
+            out.push(SandboxInfo {
+                uid: sb.labels.get(LABEL_POD_UID).cloned().unwrap_or(meta.uid),
+                id: sb.id,
+                attempt: meta.attempt,
+                ready,
+                ip,
+                created_at_ns: sb.created_at,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn containers(&self, filter: Option<cri::ContainerFilter>) -> Result<Vec<ContainerInfo>, RuntimeError> {
+        let mut rt = self.runtime.clone();
+        let items = rt.list_containers(cri::ListContainersRequest { filter }).await.map_err(call("ListContainers"))?.into_inner().containers;
+        let mut out = Vec::with_capacity(items.len());
+        for c in items {
+            let status = match rt.container_status(cri::ContainerStatusRequest { container_id: c.id.clone(), verbose: false }).await {
+                Ok(r) => r.into_inner().status,
+                Err(e) if e.code() == tonic::Code::NotFound => continue,
+                Err(e) => return Err(call("ContainerStatus")(e)),
+            };
+            let Some(status) = status else { continue };
+            let meta = c.metadata.clone().unwrap_or_default();
+            out.push(ContainerInfo {
+                id: c.id.clone(),
+                sandbox_id: c.pod_sandbox_id.clone(),
+                pod_uid: c.labels.get(LABEL_POD_UID).cloned().unwrap_or_default(),
+                pod_name: c.labels.get(LABEL_POD_NAME).cloned().unwrap_or_default(),
+                pod_namespace: c.labels.get(LABEL_POD_NAMESPACE).cloned().unwrap_or_default(),
+                name: c.labels.get(LABEL_CONTAINER_NAME).cloned().unwrap_or(meta.name),
+                attempt: meta.attempt,
+                image: status.image.as_ref().map(|i| i.image.clone()).unwrap_or_default(),
+                image_ref: status.image_ref.clone(),
+                created_at_ns: c.created_at,
+                state: state_of(&status),
+            });
+        }
+        Ok(out)
+    }
+
     /// Connects to the CRI socket at `socket` (lazily: the first call connects).
     pub fn connect(socket: &Path) -> Result<Self, RuntimeError> {
         let path: PathBuf = socket.to_path_buf();
@@ -112,61 +169,23 @@ impl Runtime for CriRuntime {
     }
 
     async fn list_sandboxes(&self) -> Result<Vec<SandboxInfo>, RuntimeError> {
-        let mut rt = self.runtime.clone();
-        let items = rt.list_pod_sandbox(cri::ListPodSandboxRequest { filter: None }).await.map_err(call("ListPodSandbox"))?.into_inner().items;
-        let mut out = Vec::with_capacity(items.len());
-        for sb in items {
-            let ready = sb.state == cri::PodSandboxState::SandboxReady as i32;
-            let ip = if ready {
-                match rt.pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: sb.id.clone(), verbose: false }).await {
-                    Ok(r) => r.into_inner().status.and_then(|s| s.network).map(|n| n.ip).filter(|ip| !ip.is_empty()),
-                    Err(e) if e.code() == tonic::Code::NotFound => continue,
-                    Err(e) => return Err(call("PodSandboxStatus")(e)),
-                }
-            } else {
-                None
-            };
-            let meta = sb.metadata.unwrap_or_default();
-            out.push(SandboxInfo {
-                uid: sb.labels.get(LABEL_POD_UID).cloned().unwrap_or(meta.uid),
-                id: sb.id,
-                attempt: meta.attempt,
-                ready,
-                ip,
-                created_at_ns: sb.created_at,
-            });
-        }
-        Ok(out)
+        self.sandboxes(None).await
+    }
+
+    async fn pod_sandboxes(&self, uid: &str) -> Result<Vec<SandboxInfo>, RuntimeError> {
+        let filter = cri::PodSandboxFilter { label_selector: [(LABEL_POD_UID.to_string(), uid.to_string())].into(), ..Default::default() };
+        self.sandboxes(Some(filter)).await
     }
 
     async fn list_containers(&self) -> Result<Vec<ContainerInfo>, RuntimeError> {
-        let mut rt = self.runtime.clone();
-        let items = rt.list_containers(cri::ListContainersRequest { filter: None }).await.map_err(call("ListContainers"))?.into_inner().containers;
-        let mut out = Vec::with_capacity(items.len());
-        for c in items {
-            let status = match rt.container_status(cri::ContainerStatusRequest { container_id: c.id.clone(), verbose: false }).await {
-                Ok(r) => r.into_inner().status,
-                Err(e) if e.code() == tonic::Code::NotFound => continue,
-                Err(e) => return Err(call("ContainerStatus")(e)),
-            };
-            let Some(status) = status else { continue };
-            let meta = c.metadata.clone().unwrap_or_default();
-            out.push(ContainerInfo {
-                id: c.id.clone(),
-                sandbox_id: c.pod_sandbox_id.clone(),
-                pod_uid: c.labels.get(LABEL_POD_UID).cloned().unwrap_or_default(),
-                pod_name: c.labels.get(LABEL_POD_NAME).cloned().unwrap_or_default(),
-                pod_namespace: c.labels.get(LABEL_POD_NAMESPACE).cloned().unwrap_or_default(),
-                name: c.labels.get(LABEL_CONTAINER_NAME).cloned().unwrap_or(meta.name),
-                attempt: meta.attempt,
-                image: status.image.as_ref().map(|i| i.image.clone()).unwrap_or_default(),
-                image_ref: status.image_ref.clone(),
-                created_at_ns: c.created_at,
-                state: state_of(&status),
-            });
-        }
-        Ok(out)
+        self.containers(None).await
     }
+
+    async fn pod_containers(&self, uid: &str) -> Result<Vec<ContainerInfo>, RuntimeError> {
+        let filter = cri::ContainerFilter { label_selector: [(LABEL_POD_UID.to_string(), uid.to_string())].into(), ..Default::default() };
+        self.containers(Some(filter)).await
+    }
+
 
     async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
         let req = cri::ImageStatusRequest { image: Some(cri::ImageSpec { image: image.into(), ..Default::default() }), verbose: false };

@@ -150,6 +150,14 @@ pub trait Runtime: Send + Sync + 'static {
     async fn remove_sandbox(&self, id: &str) -> Result<(), RuntimeError>;
     async fn list_sandboxes(&self) -> Result<Vec<SandboxInfo>, RuntimeError>;
     async fn list_containers(&self) -> Result<Vec<ContainerInfo>, RuntimeError>;
+    /// The sandboxes of one pod (by uid).
+    async fn pod_sandboxes(&self, uid: &str) -> Result<Vec<SandboxInfo>, RuntimeError> {
+        Ok(self.list_sandboxes().await?.into_iter().filter(|s| s.uid == uid).collect())
+    }
+    /// The containers of one pod (by uid).
+    async fn pod_containers(&self, uid: &str) -> Result<Vec<ContainerInfo>, RuntimeError> {
+        Ok(self.list_containers().await?.into_iter().filter(|c| c.pod_uid == uid).collect())
+    }
     /// Whether `image` is present; its id (digest) if so.
     async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError>;
     /// Pulls `image` from its registry.
