@@ -49,7 +49,8 @@ pub(crate) async fn run(informers: Arc<NodeInformers>, config: IpamConfig) {
     let mut reported_full: HashSet<String> = HashSet::new();
     loop {
         let nodes = informers.nodes.state();
-        pending.retain(|name, _| nodes.iter().any(|n| n.metadata.name.as_deref() == Some(name.as_str()) && pod_cidrs(n).is_empty()));
+        let waiting: HashSet<&str> = nodes.iter().filter(|n| pod_cidrs(n).is_empty()).filter_map(|n| n.metadata.name.as_deref()).collect();
+        pending.retain(|name, _| waiting.contains(name.as_str()));
         let views: Vec<NodeCidrs<'_>> = nodes
             .iter()
             .filter(|n| !pending.contains_key(n.metadata.name.as_deref().unwrap_or("")))

@@ -10,7 +10,7 @@
 
 pub mod reconcile;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -41,7 +41,8 @@ pub(crate) async fn run(informers: Arc<NodeInformers>, config: LifecycleConfig) 
                 by_node.entry(n).or_default().push(p.as_ref());
             }
         }
-        health.retain(|name, _| nodes.iter().any(|n| n.metadata.name.as_deref() == Some(name.as_str())));
+        let present: HashSet<&str> = nodes.iter().filter_map(|n| n.metadata.name.as_deref()).collect();
+        health.retain(|name, _| present.contains(name.as_str()));
         for node in &nodes {
             let name = node.metadata.name.clone().unwrap_or_default();
             let lease = informers.leases.get(&ObjectRef::new(&name).within(NODE_LEASE_NAMESPACE));
