@@ -136,6 +136,31 @@ pub async fn start(
 mod tests {
     use super::*;
 
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        components: ComponentArgs,
+    }
+
+    fn controllers(args: &[&str]) -> anyhow::Result<keelson_controllers::ControllerConfig> {
+        use clap::Parser;
+        Flags::try_parse_from(std::iter::once("keelson").chain(args.iter().copied()))?.components.controllers()
+    }
+
+    #[test]
+    fn controller_flags() {
+        let defaults = controllers(&[]).unwrap();
+        assert_eq!(defaults, keelson_controllers::ControllerConfig::default());
+        assert_eq!(defaults.node_lifecycle.grace_period, Duration::from_secs(50));
+        assert_eq!(defaults.node_ipam.cluster_cidr.to_string(), "10.42.0.0/16");
+        let c = controllers(&["--cluster-cidr", "10.99.0.0/16", "--node-cidr-mask-size", "26", "--node-monitor-grace-period", "4s", "--node-monitor-period", "500ms"]).unwrap();
+        assert_eq!((c.node_ipam.cluster_cidr.to_string(), c.node_ipam.node_mask), ("10.99.0.0/16".to_string(), 26));
+        assert_eq!((c.node_lifecycle.grace_period, c.node_lifecycle.monitor_period), (Duration::from_secs(4), Duration::from_millis(500)));
+        assert!(controllers(&["--cluster-cidr", "10.99.0.0"]).is_err());
+        assert!(controllers(&["--node-cidr-mask-size", "12"]).is_err(), "wider than the cluster CIDR");
+        assert!(controllers(&["--node-monitor-period", "0s"]).is_err());
+    }
+
     #[test]
     fn durations() {
         assert_eq!(parse_duration("15s").unwrap(), Duration::from_secs(15));
