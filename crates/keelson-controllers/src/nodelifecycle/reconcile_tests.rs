@@ -49,11 +49,17 @@ fn taint_keys(taints: &Option<Vec<Taint>>) -> Vec<(String, String, bool)> {
     taints.iter().flatten().map(|t| (t.key.clone(), t.effect.clone(), t.time_added.is_some())).collect()
 }
 
+/// (saved probe, saved Ready heartbeat, saved Lease renewal), the Lease renewal now, the probe wanted.
+type ObserveCase = (Option<(i64, i64, Option<i64>)>, Option<i64>, i64);
+
+/// (Ready, other conditions, taints before, unschedulable, taints after; `None`: unchanged).
+type TaintCase<'a> = (&'a str, &'a [(&'a str, &'a str)], Value, bool, Option<Vec<(&'a str, &'a str)>>);
+
 #[test]
 fn the_first_look_and_every_observed_change_reset_the_probe_time() {
     let n = healthy();
     // (saved probe, saved heartbeat, saved lease renew, lease renew now) → probe
-    let cases: [(Option<(i64, i64, Option<i64>)>, Option<i64>, i64); 6] = [
+    let cases: [ObserveCase; 6] = [
         (None, None, 30),                 // first look: now
         (Some((5, 0, None)), None, 5),    // nothing new: the saved probe
         (Some((5, -10, None)), None, 30), // the Ready heartbeat moved
@@ -113,7 +119,7 @@ fn taints_follow_the_ready_condition_and_leave_others_alone() {
     let other = json!({"key": "dedicated", "value": "gpu", "effect": "NoSchedule"});
     let unreachable = json!([{"key": TAINT_UNREACHABLE, "effect": "NoExecute", "timeAdded": iso(51)}, {"key": TAINT_UNREACHABLE, "effect": "NoSchedule"}, other]);
     // (Ready, other conditions, taints before, unschedulable) → taints after (None: unchanged)
-    let cases: Vec<(&str, &[(&str, &str)], Value, bool, Option<Vec<(&str, &str)>>)> = vec![
+    let cases: Vec<TaintCase<'_>> = vec![
         ("True", &[], unreachable.clone(), false, Some(vec![("dedicated", "NoSchedule")])),
         ("False", &[], unreachable.clone(), false, Some(vec![("dedicated", "NoSchedule"), (TAINT_NOT_READY, "NoExecute"), (TAINT_NOT_READY, "NoSchedule")])),
         ("Unknown", &[], unreachable.clone(), false, None),
