@@ -17,6 +17,10 @@ pub struct HollowArgs {
     /// Nodes are named PREFIX-0, PREFIX-1, …
     #[arg(long, default_value = "hollow")]
     prefix: String,
+    /// The index of the first node (PREFIX-FIRST, …): separate runs can serve, and stop,
+    /// separate nodes.
+    #[arg(long, default_value_t = 0)]
+    first: usize,
     /// CPUs of each node.
     #[arg(long, default_value = "4")]
     cpu: String,
@@ -30,6 +34,7 @@ pub async fn run(args: HollowArgs) -> anyhow::Result<()> {
     let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?;
     let client = kube::Client::try_from(config)?;
     let mut cfg = keelson_agent::hollow::HollowConfig::new(&args.prefix, args.count);
+    cfg.first = args.first;
     cfg.capacity.cpu = args.cpu;
     cfg.capacity.memory = args.memory;
     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -38,7 +43,7 @@ pub async fn run(args: HollowArgs) -> anyhow::Result<()> {
         let _ = tokio::signal::ctrl_c().await;
         stop.cancel();
     });
-    eprintln!("running {} hollow nodes ({}-0 …); Ctrl-C stops them (the Nodes stay registered)", args.count, args.prefix);
+    eprintln!("running {} hollow nodes ({}-{} …); Ctrl-C stops them (the Nodes stay registered)", args.count, args.prefix, args.first);
     keelson_agent::hollow::run(client, cfg, shutdown).await?;
     Ok(())
 }

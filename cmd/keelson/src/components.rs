@@ -24,6 +24,22 @@ pub struct ComponentArgs {
     /// Run no scheduler or controller manager on this server.
     #[arg(long)]
     no_components: bool,
+    /// The pod network: every Node gets a block of it as `spec.podCIDR` (IPv4).
+    #[arg(long, default_value = keelson_controllers::nodeipam::allocate::DEFAULT_CLUSTER_CIDR)]
+    cluster_cidr: String,
+    /// The prefix length of each Node's block of the cluster CIDR.
+    #[arg(long, default_value_t = keelson_controllers::nodeipam::allocate::DEFAULT_NODE_CIDR_MASK_SIZE)]
+    node_cidr_mask_size: u8,
+    /// How often the node lifecycle controller looks at every Node.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    node_monitor_period: Duration,
+    /// How long a Node may go without a heartbeat (Lease renewal or Ready condition)
+    /// before it is marked Unknown and tainted unreachable (Kubernetes 1.32+: 50s).
+    #[arg(long, default_value = "50s", value_parser = parse_duration)]
+    node_monitor_grace_period: Duration,
+    /// The same for a Node that has never posted a Ready condition.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    node_startup_grace_period: Duration,
 }
 
 impl ComponentArgs {
@@ -35,6 +51,20 @@ impl ComponentArgs {
         };
         t.validate()?;
         Ok(t)
+    }
+
+    /// The controllers' settings from the flags.
+    pub fn controllers(&self) -> anyhow::Result<keelson_controllers::ControllerConfig> {
+        use keelson_controllers::nodeipam::{IpamConfig, Ipv4Cidr};
+        let cidr: Ipv4Cidr = self.cluster_cidr.parse()?;
+        let node_ipam = IpamConfig::new(cidr, self.node_cidr_mask_size)?;
+        let node_lifecycle = keelson_controllers::nodelifecycle::LifecycleConfig {
+            monitor_period: self.node_monitor_period,
+            grace_period: self.node_monitor_grace_period,
+            startup_grace_period: self.node_startup_grace_period,
+        };
+        anyhow::ensure!(!node_lifecycle.monitor_period.is_zero(), "--node-monitor-period must be positive");
+        Ok(keelson_controllers::ControllerConfig { node_ipam, node_lifecycle })
     }
 }
 
@@ -88,6 +118,7 @@ pub async fn start(
         return Ok(RunningComponents { shutdown, tasks: Vec::new() });
     }
     let timings = args.timings()?;
+    let controllers = args.controllers()?;
     // The balancer outlives the components: they release their Leases through it.
     let balancer = ApiBalancer::start(vec![own_api], ca.cert_pem(), HealthTimings::default(), server_shutdown).await?;
     let access = ControlPlaneAccess { balancer: balancer.clone(), ca: Arc::new(ca), server_name: server_name.to_string(), timings, metrics };
@@ -96,7 +127,7 @@ pub async fn start(
     tokio::spawn(keelson_component::discovery::follow_servers(client, balancer, Duration::from_secs(30), shutdown.clone()));
     let tasks = vec![
         tokio::spawn(keelson_scheduler::run(access.clone(), shutdown.clone())),
-        tokio::spawn(keelson_controllers::run(access, shutdown.clone())),
+        tokio::spawn(keelson_controllers::run(access, controllers, shutdown.clone())),
     ];
     Ok(RunningComponents { shutdown, tasks })
 }
@@ -104,6 +135,31 @@ pub async fn start(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        components: ComponentArgs,
+    }
+
+    fn controllers(args: &[&str]) -> anyhow::Result<keelson_controllers::ControllerConfig> {
+        use clap::Parser;
+        Flags::try_parse_from(std::iter::once("keelson").chain(args.iter().copied()))?.components.controllers()
+    }
+
+    #[test]
+    fn controller_flags() {
+        let defaults = controllers(&[]).unwrap();
+        assert_eq!(defaults, keelson_controllers::ControllerConfig::default());
+        assert_eq!(defaults.node_lifecycle.grace_period, Duration::from_secs(50));
+        assert_eq!(defaults.node_ipam.cluster_cidr.to_string(), "10.42.0.0/16");
+        let c = controllers(&["--cluster-cidr", "10.99.0.0/16", "--node-cidr-mask-size", "26", "--node-monitor-grace-period", "4s", "--node-monitor-period", "500ms"]).unwrap();
+        assert_eq!((c.node_ipam.cluster_cidr.to_string(), c.node_ipam.node_mask), ("10.99.0.0/16".to_string(), 26));
+        assert_eq!((c.node_lifecycle.grace_period, c.node_lifecycle.monitor_period), (Duration::from_secs(4), Duration::from_millis(500)));
+        assert!(controllers(&["--cluster-cidr", "10.99.0.0"]).is_err());
+        assert!(controllers(&["--node-cidr-mask-size", "12"]).is_err(), "wider than the cluster CIDR");
+        assert!(controllers(&["--node-monitor-period", "0s"]).is_err());
+    }
 
     #[test]
     fn durations() {

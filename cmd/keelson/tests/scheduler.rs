@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use cluster_support::{client, metrics_page, server_of, start_short_elections};
+use cluster_support::{client, metrics_page, server_of, start_short_elections_with};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{json, Value};
 
@@ -72,7 +72,9 @@ fn bound(pods: &[Pod], name: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scheduler_binds_pods_explains_failures_and_survives_its_server_dying() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut cluster = start_short_elections(&tmp.path().join("c")).await;
+    // These Nodes are plain objects that never heartbeat: keep the node lifecycle
+    // controller from finding them Unknown (and tainting them) during the test.
+    let mut cluster = start_short_elections_with(&tmp.path().join("c"), &["--node-monitor-grace-period", "10m"]).await;
     let admin = client(&cluster, "keelson-1").await;
     let nodes: Api<Node> = Api::all(admin.clone());
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");

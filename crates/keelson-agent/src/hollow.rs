@@ -44,8 +44,9 @@ pub enum HollowError {
 /// Which hollow nodes to run.
 #[derive(Clone, Debug)]
 pub struct HollowConfig {
-    /// Nodes are `<prefix>-<i>`.
+    /// Nodes are `<prefix>-<i>` for i in `first..first + count`.
     pub prefix: String,
+    pub first: usize,
     pub count: usize,
     pub capacity: NodeCapacity,
     /// Labels of node `i` besides `kubernetes.io/hostname`.
@@ -56,11 +57,17 @@ pub struct HollowConfig {
 
 impl HollowConfig {
     pub fn new(prefix: &str, count: usize) -> Self {
-        Self { prefix: prefix.into(), count, capacity: NodeCapacity::default(), labels: |_| BTreeMap::new(), heartbeat: Duration::from_secs(10) }
+        Self { prefix: prefix.into(), first: 0, count, capacity: NodeCapacity::default(), labels: |_| BTreeMap::new(), heartbeat: Duration::from_secs(10) }
     }
 
     pub fn node_name(&self, i: usize) -> String {
         format!("{}-{i}", self.prefix)
+    }
+
+    /// The indices of the nodes this configuration runs (so separate runs with the same
+    /// prefix run, and stop, separate nodes with distinct addresses).
+    pub fn indices(&self) -> std::ops::Range<usize> {
+        self.first..self.first + self.count
     }
 }
 
@@ -84,8 +91,8 @@ fn pod_ip(i: usize, n: u32) -> Ipv4Addr {
 /// Registers the nodes, then heartbeats them and serves their pods until `shutdown`.
 pub async fn run(client: kube::Client, cfg: HollowConfig, shutdown: CancellationToken) -> Result<(), HollowError> {
     let nodes: Api<Node> = Api::all(client.clone());
-    let index: HashMap<String, usize> = (0..cfg.count).map(|i| (cfg.node_name(i), i)).collect();
-    for i in 0..cfg.count {
+    let index: HashMap<String, usize> = cfg.indices().map(|i| (cfg.node_name(i), i)).collect();
+    for i in cfg.indices() {
         let name = cfg.node_name(i);
         let mut labels = (cfg.labels)(i);
         labels.insert("kubernetes.io/hostname".into(), name.clone());
@@ -109,7 +116,7 @@ pub async fn run(client: kube::Client, cfg: HollowConfig, shutdown: Cancellation
 async fn heartbeat(client: kube::Client, cfg: HollowConfig, shutdown: CancellationToken) {
     let leases: Api<Lease> = Api::namespaced(client, "kube-node-lease");
     loop {
-        for i in 0..cfg.count {
+        for i in cfg.indices() {
             let name = cfg.node_name(i);
             let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name},
                 "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": micro_now()}});
@@ -196,6 +203,15 @@ async fn serve_pods(client: kube::Client, index: Arc<HashMap<String, usize>>, sh
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn separate_runs_serve_separate_nodes() {
+        let mut cfg = HollowConfig::new("hollow", 2);
+        cfg.first = 3;
+        let names: Vec<String> = cfg.indices().map(|i| cfg.node_name(i)).collect();
+        assert_eq!(names, ["hollow-3", "hollow-4"]);
+        assert_eq!(HollowConfig::new("hollow", 2).indices(), 0..2);
+    }
 
     #[test]
     fn addresses_are_reserved_and_distinct() {

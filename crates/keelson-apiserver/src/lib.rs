@@ -2,6 +2,7 @@
 //!
 //! - [`catalog`]: the served resources (one table drives routing, discovery, storage);
 //! - [`meta`] and [`strategy`]: what happens to an object on create/update (pure);
+//! - [`admission`]: the default mutating admission plugins (DefaultTolerationSeconds; pure);
 //! - [`registry`]: generic create/get/update/delete over [`storage::ObjectStore`];
 //! - [`http`]: routing, content negotiation, list/watch/patch, discovery, TLS;
 //! - [`allocator`]: Service ClusterIPs and NodePorts, allocated transactionally.
@@ -10,6 +11,7 @@
 //! `keelson_client::StoreClient` (its own replica's store API), so it holds no state of
 //! its own and any replica serves any request; resourceVersion is the store revision.
 
+pub mod admission;
 pub mod allocator;
 pub mod catalog;
 pub mod encryption;

@@ -57,7 +57,7 @@ pub fn key_of<K: Resource>(o: &K) -> String {
     format!("{}/{}", o.meta().namespace.as_deref().unwrap_or("default"), o.meta().name.as_deref().unwrap_or(""))
 }
 
-fn reflect<K, F>(api: Api<K>, denials: Arc<keelson_component::denied::DenialReporter>, route: F) -> (Store<K>, tokio::task::JoinHandle<()>)
+pub(crate) fn reflect<K, F>(api: Api<K>, denials: Arc<keelson_component::denied::DenialReporter>, route: F) -> (Store<K>, tokio::task::JoinHandle<()>)
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     F: Fn(&K) + Send + 'static,
@@ -84,7 +84,7 @@ where
 }
 
 /// Runs every controller until the term ends.
-pub async fn run_controllers(term: Leadership) {
+pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) {
     let client = term.client.clone();
     let (rs_queue, rs_rx) = work_queue();
     let (deployment_queue, deployment_rx) = work_queue();
@@ -143,6 +143,7 @@ pub async fn run_controllers(term: Leadership) {
                 crate::deployment::run(ctx.clone(), deployment_rx),
                 crate::garbage::run(ctx.clone()),
                 crate::workloads::run(term.clone()),
+                crate::node_informers::run(term.clone(), ctx.pods.clone(), config),
             );
         } => {}
     }

@@ -8,6 +8,10 @@
 //! [`expectations`], [`pods`] and [`selector`]. The [`garbage`] collector handles the
 //! ownerReferences of the objects these controllers make. The workload controllers
 //! ([`job`], …) have their own reflectors and queues (`workloads`).
+//!
+//! The node controllers ([`nodeipam`], [`nodelifecycle`], [`tainteviction`]) share the
+//! Node and node-Lease reflectors of `node_informers` and the pod reflector above; their
+//! settings are the [`ControllerConfig`] the process gives.
 
 pub mod cronjob;
 pub mod daemonset;
@@ -16,30 +20,43 @@ pub mod expectations;
 pub mod garbage;
 mod informers;
 pub mod job;
+mod node_informers;
+pub mod nodeipam;
+pub mod nodelifecycle;
 pub mod pods;
 pub mod replicaset;
 pub mod revisions;
 pub mod selector;
 pub mod statefulset;
+pub mod tainteviction;
 pub mod work;
 mod workloads;
 
 use keelson_component::{ComponentSpec, ControlPlaneAccess, Leadership, KUBE_CONTROLLER_MANAGER};
 use tokio_util::sync::CancellationToken;
 
-/// Runs the controller manager component until `shutdown`.
-pub async fn run(access: ControlPlaneAccess, shutdown: CancellationToken) {
-    run_as(access, KUBE_CONTROLLER_MANAGER, shutdown).await;
+/// Settings of the controllers (kube-controller-manager's flags that Keelson has).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ControllerConfig {
+    /// `--cluster-cidr` and `--node-cidr-mask-size`.
+    pub node_ipam: nodeipam::IpamConfig,
+    /// `--node-monitor-period`, `--node-monitor-grace-period`, `--node-startup-grace-period`.
+    pub node_lifecycle: nodelifecycle::LifecycleConfig,
 }
 
-/// Runs the controllers under another component identity and Lease (tests of what a
-/// component does when its role does not allow something).
+/// Runs the controller manager component until `shutdown`.
+pub async fn run(access: ControlPlaneAccess, config: ControllerConfig, shutdown: CancellationToken) {
+    keelson_component::run_elected(access, KUBE_CONTROLLER_MANAGER, shutdown, move |term| lead(term, config.clone())).await;
+}
+
+/// Runs the controllers, with the default settings, under another component identity and
+/// Lease (tests of what a component does when its role does not allow something).
 pub async fn run_as(access: ControlPlaneAccess, spec: ComponentSpec, shutdown: CancellationToken) {
-    keelson_component::run_elected(access, spec, shutdown, lead).await;
+    keelson_component::run_elected(access, spec, shutdown, |term| lead(term, ControllerConfig::default())).await;
 }
 
 /// One term as the active controller manager: every controller runs until it ends.
-async fn lead(term: Leadership) {
+async fn lead(term: Leadership, config: ControllerConfig) {
     let span = tracing::info_span!("controller-manager", token = term.token);
-    tracing::Instrument::instrument(informers::run_controllers(term), span).await;
+    tracing::Instrument::instrument(informers::run_controllers(term, config), span).await;
 }

@@ -658,3 +658,36 @@ fn denial_builds_kubernetes_message() {
         r#"forbidden: User "alice" cannot get path "/metrics""#
     );
 }
+
+#[test]
+fn the_controller_manager_may_do_what_the_node_controllers_do() {
+    let s = snapshot();
+    let kcm = authenticated("system:kube-controller-manager");
+    let sub = |verb: &str, group: &str, resource: &str, subresource: Option<&str>, ns: Option<&str>| {
+        let mut a = res(verb, group, resource, ns);
+        a.subresource = subresource.map(str::to_string);
+        a
+    };
+    let needed = [
+        // IPAM and lifecycle: Nodes, their status and their Leases.
+        sub("list", "", "nodes", None, None),
+        sub("watch", "", "nodes", None, None),
+        sub("get", "", "nodes", None, None),
+        sub("patch", "", "nodes", None, None),
+        sub("update", "", "nodes", None, None),
+        sub("patch", "", "nodes", Some("status"), None),
+        sub("update", "", "nodes", Some("status"), None),
+        sub("list", "coordination.k8s.io", "leases", None, Some("kube-node-lease")),
+        sub("watch", "coordination.k8s.io", "leases", None, Some("kube-node-lease")),
+        sub("get", "coordination.k8s.io", "leases", None, Some("kube-node-lease")),
+        // MarkPodsNotReady and taint eviction.
+        sub("patch", "", "pods", Some("status"), Some("default")),
+        sub("delete", "", "pods", None, Some("default")),
+        // Their Events.
+        sub("create", "", "events", None, Some("default")),
+        sub("patch", "", "events", None, Some("default")),
+    ];
+    for a in needed {
+        assert!(can(&s, &kcm, a.clone()), "{a:?}");
+    }
+}

@@ -14,12 +14,17 @@ pub const SHORT_ELECTIONS: [&str; 6] = ["--leader-elect-lease-duration", "3s", "
 
 /// Three servers in `dir`, their APIs up.
 pub async fn start_short_elections(dir: &Path) -> LocalCluster {
+    start_short_elections_with(dir, &[]).await
+}
+
+/// The same, every server also given `more` flags.
+pub async fn start_short_elections_with(dir: &Path, more: &[&str]) -> LocalCluster {
     let spec = LocalClusterSpec {
         servers: 3,
         dir: dir.to_path_buf(),
         binary: PathBuf::from(env!("CARGO_BIN_EXE_keelson")),
         base_port: 0,
-        extra_args: SHORT_ELECTIONS.iter().map(|s| s.to_string()).collect(),
+        extra_args: SHORT_ELECTIONS.iter().chain(more).map(|s| s.to_string()).collect(),
     };
     let cluster = LocalCluster::start(spec, |m| eprintln!("cluster: {m}")).await.unwrap();
     cluster.wait_api(Duration::from_secs(60)).await.unwrap();

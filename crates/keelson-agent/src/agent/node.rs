@@ -56,10 +56,15 @@ impl NodeReporter {
     pub async fn register(&self) -> Result<(), NodeError> {
         let name = &self.cfg.node_name;
         let err = |source| NodeError::Register { node: name.clone(), source };
-        let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": {
+        let mut body = json!({"metadata": {"name": name, "labels": {
             "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-            "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}}}))
-        .expect("a valid Node");
+            "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}}});
+        // A configured podCIDR is the Node's own from the start, so the controller
+        // manager's allocator counts it as taken instead of giving another.
+        if let Some(cidr) = &self.cfg.pod_cidr {
+            body["spec"] = json!({"podCIDR": cidr, "podCIDRs": [cidr]});
+        }
+        let node: Node = serde_json::from_value(body).expect("a valid Node");
         match self.nodes().create(&PostParams::default(), &node).await {
             Ok(_) => tracing::info!(node = %name, "node registered"),
             Err(kube::Error::Api(s)) if s.code == 409 => tracing::info!(node = %name, "node was registered before"),
