@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use futures::StreamExt;
 use keelson_client::api::{MemberStatus, ReadConsistency, WatchCreate, WatchResponseKind};
 use keelson_client::StoreClient;
-use keelson_localcluster::{LocalCluster, LocalClusterSpec, Manifest};
+use keelson_runner::{Cluster, ClusterSpec, Manifest};
 use keelson_mvcc::{KeyRange, RangeRequest};
 
 const DEFAULT_CLUSTER_DIR: &str = "keelson-cluster";
@@ -31,24 +31,19 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     if args.servers == 0 || args.servers > 9 {
         bail!("--servers must be between 1 and 9 (3 or 5 for fault tolerance), got {}", args.servers);
     }
-    let spec = LocalClusterSpec {
-        servers: args.servers,
-        dir: args.data_dir.clone(),
-        binary: std::env::current_exe().context("locating the keelson binary")?,
-        base_port: args.base_port,
-        extra_args: vec![],
-    };
-    let cluster = LocalCluster::start(spec, |msg| println!("keelson up: {msg}")).await?;
+    let mut spec = ClusterSpec::loopback(args.servers, std::env::current_exe().context("locating the keelson binary")?, args.data_dir.clone());
+    spec.base_port = args.base_port;
+    let cluster = Cluster::start(spec, |msg| println!("keelson up: {msg}")).await?;
     println!();
-    println!("Cluster ready ({} servers). Endpoints:", cluster.manifest().servers.len());
-    for s in &cluster.manifest().servers {
-        println!("  {:<10} store/raft {}   metrics http://{}/metrics   log {}", s.name, s.raft_addr, s.metrics_addr, s.data_dir.join("server.log").display());
+    println!("Cluster ready ({} servers). Endpoints:", cluster.server_count());
+    for s in cluster.manifest().servers() {
+        println!("  {:<10} store/raft {}   metrics http://{}/metrics   log {}", s.name, s.raft_addr, s.metrics_addr, s.log.display());
     }
-    for s in &cluster.manifest().servers {
+    for s in cluster.manifest().servers() {
         println!("  {:<10} Kubernetes API https://{}", s.name, s.api_addr);
     }
-    println!("State: {}   (cluster.json lists pids and addresses)", cluster.dir().display());
-    println!("kubectl: export KUBECONFIG={}   (contexts keelson-1 … keelson-{})", cluster.kubeconfig_path().display(), cluster.manifest().servers.len());
+    println!("State: {}   (cluster.json lists every member: kind, pid, addresses, data directory)", cluster.dir().display());
+    println!("kubectl: export KUBECONFIG={}   (contexts keelson-1 … keelson-{})", cluster.kubeconfig_path().display(), cluster.server_count());
     println!("Try:   keelson status --cluster-dir {}", cluster.dir().display());
     println!("Stop:  Ctrl-C (running `keelson up` again on the same --data-dir resumes)");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -86,7 +81,7 @@ impl Target {
         match std::fs::read(&path) {
             Ok(bytes) => {
                 let m: Manifest = serde_json::from_slice(&bytes).with_context(|| format!("reading {}", path.display()))?;
-                Ok(m.servers.into_iter().map(|s| s.raft_addr).collect())
+                Ok(m.servers().map(|s| s.raft_addr.clone()).collect())
             }
             Err(_) if self.cluster_dir.is_none() => Ok(vec!["127.0.0.1:2380".into()]),
             Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
