@@ -54,9 +54,15 @@ impl NodeReporter {
     pub async fn register(&self) -> Result<(), NodeError> {
         let name = &self.cfg.node_name;
         let err = |source| NodeError::Register { node: name.clone(), source };
+        // A podCIDR given on the command line is published in the Node, so the other
+        // nodes route to this one's pods (as with a controller-manager-assigned one).
+        let spec = match &self.cfg.pod_cidr {
+            Some(c) => json!({"podCIDR": c, "podCIDRs": [c]}),
+            None => json!({}),
+        };
         let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": {
             "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-            "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}}}))
+            "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}}, "spec": spec}))
         .expect("a valid Node");
         match self.nodes().create(&PostParams::default(), &node).await {
             Ok(_) => tracing::info!(node = %name, "node registered"),
