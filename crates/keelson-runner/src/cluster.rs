@@ -327,7 +327,7 @@ impl Cluster {
             .await
             .map_err(|e| RunnerError::Io { context: "cleanup task".into(), source: std::io::Error::other(e.to_string()) })?;
         match &result {
-            Ok(()) => loud(&self.run_id, "stopped: members stopped, namespaces deleted"),
+            Ok(()) => loud(&self.run_id, "stopped: members stopped, the run cleaned up"),
             Err(e) => loud(&self.run_id, &format!("STOP INCOMPLETE: {e}")),
         }
         result
