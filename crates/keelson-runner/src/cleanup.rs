@@ -182,18 +182,21 @@ pub fn cleanup_on_signal(stop: CancellationToken) -> tokio::task::JoinHandle<()>
     })
 }
 
-/// Where owner files live: `/run/keelson-runner` (root; vanishes on reboot like the
-/// namespaces) or `$TMPDIR/keelson-runner-<uid>`.
+/// Where owner files live: `/run/keelson-chaos` (root; vanishes on reboot like the
+/// namespaces) or `$TMPDIR/keelson-chaos-<uid>`. The names are those of the chaos
+/// harness that had this code before the runner: programs built from older trees on the
+/// same machine read the same owner files (their first line has the same form), so
+/// neither takes the other's live runs for stale.
 pub(crate) fn registry_dir() -> PathBuf {
     if cmd::is_root() {
         PathBuf::from(ROOT_REGISTRY)
     } else {
         // SAFETY: getuid has no preconditions.
-        std::env::temp_dir().join(format!("keelson-runner-{}", unsafe { libc::getuid() }))
+        std::env::temp_dir().join(format!("keelson-chaos-{}", unsafe { libc::getuid() }))
     }
 }
 
-const ROOT_REGISTRY: &str = "/run/keelson-runner";
+const ROOT_REGISTRY: &str = "/run/keelson-chaos";
 
 impl CleanupState {
     /// Writes (or rewrites) this process's owner file for the run: the owner, the running
@@ -314,7 +317,7 @@ fn live_runs() -> (BTreeSet<String>, Vec<(PathBuf, Recorded)>) {
     let mut dirs = vec![PathBuf::from(ROOT_REGISTRY)];
     if let Ok(tmp) = std::fs::read_dir(std::env::temp_dir()) {
         dirs.extend(
-            tmp.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("keelson-runner-")).map(|e| e.path()),
+            tmp.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("keelson-chaos-")).map(|e| e.path()),
         );
     }
     for e in dirs.iter().filter_map(|d| std::fs::read_dir(d).ok()).flat_map(|rd| rd.flatten()) {
