@@ -95,25 +95,36 @@ impl Cluster {
             })?),
             _ => None,
         };
-        let manifest = match resumed {
-            Some(mut m) => {
-                progress(&format!("resuming the cluster in {} ({} servers, {} nodes)", spec.dir.display(), servers, nodes));
-                m.run_id = run_id.clone();
-                for (j, e) in m.members.iter_mut().enumerate() {
-                    e.netns = subnets.map(|_| topology::member_ns(&run_id, j));
-                    e.pid = None;
-                    e.running = false;
+        // Whatever fails from here until the cluster exists removes what setup made.
+        let prepare = || -> Result<(Manifest, PeerTls), RunnerError> {
+            let manifest = match resumed {
+                Some(mut m) => {
+                    progress(&format!("resuming the cluster in {} ({} servers, {} nodes)", spec.dir.display(), servers, nodes));
+                    m.run_id = run_id.clone();
+                    for (j, e) in m.members.iter_mut().enumerate() {
+                        e.netns = subnets.map(|_| topology::member_ns(&run_id, j));
+                        e.pid = None;
+                        e.running = false;
+                    }
+                    m
                 }
-                m
+                None => fresh_manifest(&spec, &run_id, subnets)?,
+            };
+            {
+                let mut st = lock(&state);
+                st.node_dirs = manifest.nodes().map(|e| e.data_dir.clone()).collect();
+                st.write_owner()?;
             }
-            None => fresh_manifest(&spec, &run_id, subnets)?,
+            let tls = manifest::write_kubeconfig(&spec.dir, &manifest)?;
+            Ok((manifest, tls))
         };
-        {
-            let mut st = lock(&state);
-            st.node_dirs = manifest.nodes().map(|e| e.data_dir.clone()).collect();
-            st.write_owner()?;
-        }
-        let tls = manifest::write_kubeconfig(&spec.dir, &manifest)?;
+        let (manifest, tls) = match prepare() {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = lock(&state).cleanup_sync();
+                return Err(e);
+            }
+        };
         let procs = manifest
             .members
             .iter()
