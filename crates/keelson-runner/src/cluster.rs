@@ -449,3 +449,53 @@ fn fresh_run_id() -> String {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(servers: usize, nodes: usize) -> ClusterSpec {
+        let mut s = ClusterSpec::loopback(servers, "/bin/keelson", "/c");
+        s.nodes = nodes;
+        s
+    }
+
+    #[test]
+    fn namespace_members_are_servers_then_nodes_with_their_pod_cidrs() {
+        let nets = Subnets { members: Ipv4Addr::new(198, 51, 100, 0), pods: Ipv4Addr::new(10, 42, 0, 0) };
+        let m = fresh_manifest(&spec(3, 2), "a1b2c3", Some(nets)).unwrap();
+        assert_eq!(m.topology, "netns");
+        assert_eq!(m.host_addr, Some(Ipv4Addr::new(198, 51, 100, 1)));
+        let names: Vec<_> = m.members.iter().map(|e| (e.name.as_str(), e.kind)).collect();
+        assert_eq!(
+            names,
+            [
+                ("keelson-1", MemberKind::Server),
+                ("keelson-2", MemberKind::Server),
+                ("keelson-3", MemberKind::Server),
+                ("node-1", MemberKind::Node),
+                ("node-2", MemberKind::Node)
+            ]
+        );
+        let s2 = &m.members[1];
+        assert_eq!((s2.raft_addr.as_str(), s2.api_addr.as_str()), ("198.51.100.11:2380", "198.51.100.11:6443"));
+        assert_eq!(s2.netns.as_deref(), Some("kca1b2c3-n1"));
+        let n2 = &m.members[4];
+        assert_eq!((n2.addr.as_str(), n2.pod_cidr.as_str(), n2.raft_addr.as_str()), ("198.51.100.14", "10.42.1.0/24", ""));
+        assert_eq!(n2.data_dir, PathBuf::from("/c/node-2"));
+        assert_eq!(n2.log, PathBuf::from("/c/node-2.log"));
+    }
+
+    #[test]
+    fn loopback_servers_take_ports_from_the_base_and_nodes_are_refused() {
+        let mut s = spec(2, 0);
+        s.base_port = 23790;
+        let m = fresh_manifest(&s, "a1b2c3", None).unwrap();
+        assert_eq!(m.topology, "loopback");
+        assert_eq!(m.members[1].raft_addr, "127.0.0.1:23792");
+        assert_eq!(m.members[1].metrics_addr, "127.0.0.1:23892");
+        assert_eq!(m.members[1].api_addr, "127.0.0.1:23992");
+        assert!(m.members.iter().all(|e| e.netns.is_none()));
+        assert!(matches!(fresh_manifest(&spec(1, 1), "a1b2c3", None), Err(RunnerError::Unsupported(_))));
+    }
+}
