@@ -1,63 +1,33 @@
-//! `keelson-chaos`: a fault-injection harness around a cluster of real `keelson server`
-//! processes.
+//! `keelson-chaos`: the nemesis over a cluster of real `keelson server` processes that
+//! `keelson-runner` runs.
 //!
-//! [`Harness::start`] runs `spec.servers` servers and returns once every one is a voter
-//! and they agree on a leader. [`Harness::apply`] injects one [`Fault`] (kill, pause,
-//! partition, one-way loss, latency, rolling restart, remove-and-re-add) or heals, logs
-//! it with timestamps to stderr and `DIR/nemesis.log`, and records a [`NemesisEvent`].
-//! [`run_nemesis`] runs a seeded fault/heal schedule until cancelled.
+//! [`Harness::start`] has the runner start `spec.servers` servers and returns once every
+//! one is a voter and they agree on a leader. [`Harness::apply`] injects one [`Fault`]
+//! (kill, pause, partition, one-way loss, latency, rolling restart, remove-and-re-add) or
+//! heals, logs it with timestamps to stderr and `DIR/nemesis.log`, and records a
+//! [`NemesisEvent`]. [`run_nemesis`] runs a seeded fault/heal schedule until cancelled.
 //!
-//! # Isolation
-//!
-//! * [`Isolation::Netns`] (root): every server runs in its own network namespace
-//!   `kc<id>-n<i>` with one veth into a bridge that lives in the harness's namespace
-//!   `kc<id>-br`; the harness's own process reaches the bridge through the veth
-//!   `kc<id>h` in the root namespace. Addresses come from a documentation /24 that no
-//!   route or address on the machine overlaps (192.0.2.0/24 preferred, then
-//!   198.51.100.0/24, 203.0.113.0/24, then 198.18.x.0/24 from the RFC 2544 range):
-//!   host side `.1`, server i at `.(10+i)`. Partitions are nftables tables
-//!   (`inet keelson_chaos`) inside the server namespaces that drop traffic to and from
-//!   cut-off peers only, never the host address, so clients always reach every server.
-//! * [`Isolation::Loopback`]: servers on 127.0.0.(10+i); process faults and membership
-//!   changes only: network faults return [`ChaosError::Unsupported`].
-//!
-//! # Cleanup
-//!
-//! [`Harness::shutdown`] (async) or `Drop` (synchronous, best effort) kill every server
-//! and delete every namespace, veth, nftables table and qdisc the run created. Servers
-//! also get `SIGKILL` if the harness process dies (`PR_SET_PDEATHSIG`). Leftovers of a
-//! run whose owner process is gone are removed by [`cleanup_stale`], which
-//! [`Harness::start`] calls first. A program that wants Ctrl-C/SIGTERM to clean up calls
-//! [`cleanup_on_signal`] once.
+//! What is the harness's own: the faults and heals, partitions as nftables tables
+//! (`inet keelson_chaos`) inside the servers' namespaces that drop traffic to and from
+//! cut-off peers only (never the host address, so clients always reach every server),
+//! netem latency, the schedule and the event log. Processes, namespaces, readiness and
+//! cleanup are the runner's ([`keelson_runner::Cluster`], reached through
+//! [`Harness::cluster`]); on loopback, network faults return
+//! [`ChaosError::Unsupported`].
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-mod cleanup;
-mod cmd;
 mod error;
 mod harness;
 mod nemesis;
-mod netns;
-mod node;
-pub mod topology;
+mod netfaults;
+pub mod partition;
 
-pub use cleanup::{cleanup_on_signal, cleanup_stale, CleanupHandle};
 pub use error::ChaosError;
 pub use harness::Harness;
+pub use keelson_runner::{cleanup_on_signal, cleanup_stale, CleanupHandle, Isolation};
 pub use nemesis::{plan_fault, run_nemesis, run_nemesis_retargeted, HealStep, Plan};
-
-/// How servers are separated from each other.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Isolation {
-    /// [`Isolation::Netns`] when running as root with working `ip netns` and `nft`,
-    /// else [`Isolation::Loopback`]; the choice is announced on stderr.
-    Auto,
-    /// One network namespace per server on a private bridge (needs root).
-    Netns,
-    /// Distinct loopback addresses; no network faults.
-    Loopback,
-}
 
 /// What cluster to run.
 #[derive(Clone, Debug)]
@@ -81,7 +51,7 @@ pub enum Target {
     /// Server i (0-based, in `endpoints()` order).
     Node(usize),
     /// The current leader (the answering server claiming leadership with the highest
-    /// term); the fault fails with [`ChaosError::NotReady`] when there is none.
+    /// term); the fault fails with a not-ready [`ChaosError::Runner`] when there is none.
     Leader,
     /// A server chosen with the harness's seeded RNG among those the fault can hit.
     Random,

@@ -125,9 +125,9 @@ pub async fn run_nemesis_retargeted(
     let usable = {
         let h = harness.lock().await;
         let usable: Vec<NemesisFamily> =
-            families.iter().copied().filter(|f| family_usable(*f, h.nodes.len(), &|x| h.supports(x))).collect();
+            families.iter().copied().filter(|f| family_usable(*f, h.cluster().server_count(), &|x| h.supports(x))).collect();
         for f in families.iter().filter(|f| !usable.contains(f)) {
-            eprintln!("[keelson-chaos] WARNING: nemesis family {f:?} has no fault this harness supports ({:?} mode): it is SKIPPED", h.isolation());
+            eprintln!("[keelson-chaos] WARNING: nemesis family {f:?} has no fault this harness supports ({:?} mode): it is SKIPPED", h.cluster().isolation());
         }
         if usable.is_empty() {
             eprintln!("[keelson-chaos] WARNING: no usable nemesis family: the nemesis injects NOTHING");
@@ -144,7 +144,7 @@ pub async fn run_nemesis_retargeted(
         };
         let plan = {
             let h = harness.lock().await;
-            plan_fault(family, h.nodes.len(), &mut rng, &|f| h.supports(f))
+            plan_fault(family, h.cluster().server_count(), &mut rng, &|f| h.supports(f))
         };
         let Some(plan) = plan else {
             eprintln!(

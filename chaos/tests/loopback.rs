@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use keelson_chaos::{cleanup_stale, ChaosError, Fault, Harness, Isolation, Target};
+use keelson_chaos::{ChaosError, Fault, Harness, Isolation, Target};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
 
@@ -15,14 +15,14 @@ async fn loopback_kill_restart_membership_and_unsupported_partitions() -> anyhow
     let tmp = tempfile::tempdir()?;
     let mut h = Harness::start(spec(3, tmp.path(), Isolation::Loopback, 3)).await?;
     eprintln!("started in {:.1?}", t0.elapsed());
-    assert_eq!(h.isolation(), Isolation::Loopback);
-    assert!(h.namespaces().is_empty());
-    let run = format!("kc{}", h.run_id());
-    let eps = h.endpoints();
+    assert_eq!(h.cluster().isolation(), Isolation::Loopback);
+    assert!(h.cluster().namespaces().is_empty());
+    let run = tmp.path().display().to_string();
+    let eps = h.cluster().endpoints();
     for (i, ep) in eps.iter().enumerate() {
-        assert!(ep.starts_with(&format!("127.0.0.{}:", 10 + i)), "{ep}");
+        assert!(ep.starts_with("127.0.0.1:"), "server {i}: {ep}");
     }
-    put_retry(h.tls(), &eps, "/a", "1", SECS(5)).await?;
+    put_retry(h.cluster().tls(), &eps, "/a", "1", SECS(5)).await?;
 
     // Network faults are unsupported, loudly, and recorded as failed events.
     for f in [
@@ -41,49 +41,28 @@ async fn loopback_kill_restart_membership_and_unsupported_partitions() -> anyhow
     assert!(h.apply(Fault::HealNetwork).await?.ok, "healing nothing is fine");
 
     // Kill the leader; the others elect one; restart and catch up.
-    let leader = h.leader().await.expect("a leader");
+    let leader = h.cluster().leader().await.expect("a leader");
     let ev = h.apply(Fault::Kill(Target::Leader)).await?;
     assert!(ev.what.starts_with(&format!("kill n{leader}")), "{ev:?}");
-    h.wait_healthy(SECS(15)).await?;
-    assert_ne!(h.leader().await, Some(leader));
-    put_retry(h.tls(), &eps, "/b", "2", SECS(10)).await?;
+    h.cluster().wait_healthy(SECS(15)).await?;
+    assert_ne!(h.cluster().leader().await, Some(leader));
+    put_retry(h.cluster().tls(), &eps, "/b", "2", SECS(10)).await?;
     h.apply(Fault::Restart(leader)).await?;
-    h.wait_healthy(SECS(15)).await?;
-    assert_eq!(get_on(h.tls(), &eps[leader], "/b", SECS(10)).await?.as_deref(), Some("2"));
+    h.cluster().wait_healthy(SECS(15)).await?;
+    assert_eq!(get_on(h.cluster().tls(), &eps[leader], "/b", SECS(10)).await?.as_deref(), Some("2"));
 
     // Membership: remove a follower, wipe it, re-join; then restart everyone in turn.
-    let follower = (h.leader().await.expect("a leader") + 1) % 3;
+    let follower = (h.cluster().leader().await.expect("a leader") + 1) % 3;
     let ev = h.apply(Fault::RemoveAndReadd(Target::Node(follower))).await?;
     assert!(ev.what.contains("voter again"), "{ev:?}");
-    h.wait_healthy(SECS(15)).await?;
-    assert_eq!(get_on(h.tls(), &eps[follower], "/b", SECS(10)).await?.as_deref(), Some("2"), "the re-added member has the data");
+    h.cluster().wait_healthy(SECS(15)).await?;
+    assert_eq!(get_on(h.cluster().tls(), &eps[follower], "/b", SECS(10)).await?.as_deref(), Some("2"), "the re-added member has the data");
     h.apply(Fault::RollingRestart).await?;
-    put_retry(h.tls(), &eps, "/c", "3", SECS(10)).await?;
+    put_retry(h.cluster().tls(), &eps, "/c", "3", SECS(10)).await?;
     assert_eq!(h.events().iter().filter(|e| e.ok).count(), 5);
 
     h.shutdown().await?;
     assert!(processes_mentioning(&run).is_empty(), "processes left: {:?}", processes_mentioning(&run));
     eprintln!("loopback test done in {:.1?}", t0.elapsed());
-    Ok(())
-}
-
-/// A server-like process of a run whose owner is gone is killed by `cleanup_stale`.
-#[test]
-fn cleanup_stale_kills_orphaned_servers() -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let data = dir.path().join("kcdead01-n0");
-    let mut child = std::process::Command::new("sh")
-        .args(["-c", "while :; do sleep 1; done", "server", "--data-dir"])
-        .arg(&data)
-        .spawn()?;
-    std::thread::sleep(Duration::from_millis(100));
-    // (A parallel test's `Harness::start` may run the same cleanup first.)
-    cleanup_stale()?;
-    let deadline = Instant::now() + SECS(5);
-    while !processes_mentioning("kcdead01-n0").is_empty() {
-        assert!(Instant::now() < deadline, "the orphan survived");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.wait();
     Ok(())
 }

@@ -20,7 +20,7 @@ async fn sigterm_cleans_up_servers_and_namespaces() -> anyhow::Result<()> {
         // The child: start a cluster, install the handler, wait to be signalled.
         let h = Harness::start(spec(3, std::path::Path::new(&dir), Isolation::Auto, 1)).await?;
         let _handler = cleanup_on_signal(CancellationToken::new());
-        println!("READY {}", h.run_id());
+        println!("READY {}", h.cluster().run_id());
         tokio::time::sleep(Duration::from_secs(60)).await;
         anyhow::bail!("the child was not signalled within 60 s");
     }
@@ -48,7 +48,7 @@ async fn sigterm_cleans_up_servers_and_namespaces() -> anyhow::Result<()> {
             anyhow::bail!("the child never became ready");
         }
     };
-    assert_eq!(processes_mentioning(&run).len(), 3, "three servers run");
+    assert_eq!(processes_mentioning(&tmp.path().display().to_string()).len(), 3, "three servers run");
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -63,7 +63,7 @@ async fn sigterm_cleans_up_servers_and_namespaces() -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(143), "exit status after SIGTERM");
-    assert!(processes_mentioning(&run).is_empty(), "servers left: {:?}", processes_mentioning(&run));
+    assert!(processes_mentioning(&tmp.path().display().to_string()).is_empty(), "servers left: {:?}", processes_mentioning(&tmp.path().display().to_string()));
     if is_root() {
         assert!(namespaces_mentioning(&run)?.is_empty(), "namespaces left: {:?}", namespaces_mentioning(&run)?);
     }

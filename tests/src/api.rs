@@ -34,9 +34,9 @@ pub struct ApiCluster {
 }
 
 /// A loopback address free now, for a server that binds it later (and again after a
-/// restart); see [`keelson_localcluster::free_loopback_port`].
+/// restart); see [`keelson_runner::free_loopback_port`].
 fn free_addr() -> anyhow::Result<SocketAddr> {
-    Ok(SocketAddr::from(([127, 0, 0, 1], keelson_localcluster::free_loopback_port()?)))
+    Ok(SocketAddr::from(([127, 0, 0, 1], keelson_runner::free_loopback_port()?)))
 }
 
 impl ApiCluster {

@@ -162,7 +162,7 @@ async fn a_malformed_frame_ends_the_stream_with_invalid_argument() {
 
 #[tokio::test]
 async fn calls_to_a_replica_that_is_not_there_fail_as_never_sent() {
-    let port = keelson_localcluster::free_loopback_port().expect("port");
+    let port = keelson_runner::free_loopback_port().expect("port");
     let client = StoreClient::new(&[format!("127.0.0.1:{port}")]).expect("client");
     match client.put(b"/k", b"v").await {
         Err(ClientError::Transport { status, .. }) => assert!(never_sent(&status), "{status:?}"),

@@ -8,7 +8,8 @@ use clap::{Args, Subcommand};
 use futures::StreamExt;
 use keelson_client::api::{MemberStatus, ReadConsistency, WatchCreate, WatchResponseKind};
 use keelson_client::StoreClient;
-use keelson_localcluster::{LocalCluster, LocalClusterSpec, Manifest};
+use keelson_runner::{Cluster, ClusterSpec, Isolation, Manifest};
+use tokio_util::sync::CancellationToken;
 use keelson_mvcc::{KeyRange, RangeRequest};
 
 const DEFAULT_CLUSTER_DIR: &str = "keelson-cluster";
@@ -18,11 +19,16 @@ pub struct UpArgs {
     /// Number of server processes (3 or 5 for a fault-tolerant cluster).
     #[arg(long, default_value_t = 3)]
     servers: usize,
-    /// Directory of the cluster: one data directory per server and cluster.json.
+    /// Number of nodes: as root, real nodes (`keelson agent` and its containerd, each in a
+    /// network namespace of the cluster's own); otherwise hollow (simulated) nodes.
+    #[arg(long, default_value_t = 0)]
+    agents: usize,
+    /// Directory of the cluster: one data directory per member, cluster.json, kubeconfig.
     /// Running `up` again on it resumes the cluster.
     #[arg(long, default_value = DEFAULT_CLUSTER_DIR)]
     data_dir: PathBuf,
-    /// First port (server i listens on base+i, metrics on base+100+i); 0 picks free ports.
+    /// Loopback only: first port (server i listens on base+i, metrics on base+100+i, the
+    /// API on base+200+i); 0 picks free ports.
     #[arg(long, default_value_t = 23790)]
     base_port: u16,
 }
@@ -31,35 +37,74 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     if args.servers == 0 || args.servers > 9 {
         bail!("--servers must be between 1 and 9 (3 or 5 for fault tolerance), got {}", args.servers);
     }
-    let spec = LocalClusterSpec {
+    if args.agents > 50 {
+        bail!("--agents must be at most 50, got {}", args.agents);
+    }
+    let root = keelson_runner::cmd::is_root();
+    let isolation = if root { Isolation::Netns } else { Isolation::Loopback };
+    if !root {
+        eprintln!("keelson up: NOT ROOT: cannot create network namespaces or run containerd, so there are no real nodes;");
+        eprintln!("keelson up: starting the servers on loopback{}", if args.agents > 0 { format!(" with {} HOLLOW nodes (simulated: pods are never run)", args.agents) } else { String::new() });
+    }
+    let spec = ClusterSpec {
         servers: args.servers,
-        dir: args.data_dir.clone(),
+        nodes: if root { args.agents } else { 0 },
         binary: std::env::current_exe().context("locating the keelson binary")?,
+        dir: args.data_dir.clone(),
+        isolation,
+        server_args: vec![],
+        node_args: vec![],
         base_port: args.base_port,
-        extra_args: vec![],
     };
-    let cluster = LocalCluster::start(spec, |msg| println!("keelson up: {msg}")).await?;
-    println!();
-    println!("Cluster ready ({} servers). Endpoints:", cluster.manifest().servers.len());
-    for s in &cluster.manifest().servers {
-        println!("  {:<10} store/raft {}   metrics http://{}/metrics   log {}", s.name, s.raft_addr, s.metrics_addr, s.data_dir.join("server.log").display());
-    }
-    for s in &cluster.manifest().servers {
-        println!("  {:<10} Kubernetes API https://{}", s.name, s.api_addr);
-    }
-    println!("State: {}   (cluster.json lists pids and addresses)", cluster.dir().display());
-    println!("kubectl: export KUBECONFIG={}   (contexts keelson-1 … keelson-{})", cluster.kubeconfig_path().display(), cluster.manifest().servers.len());
-    println!("Try:   keelson status --cluster-dir {}", cluster.dir().display());
-    println!("Stop:  Ctrl-C (running `keelson up` again on the same --data-dir resumes)");
+    let cluster = Cluster::start(spec, |msg| println!("keelson up: {msg}")).await?;
+    let shutdown = CancellationToken::new();
+    let hollow = if !root && args.agents > 0 {
+        let client = crate::cli_hollow::kube_client(&cluster.kubeconfig_path()).await?;
+        let cfg = keelson_agent::hollow::HollowConfig::new("hollow", args.agents);
+        Some(tokio::spawn(keelson_agent::hollow::run(client, cfg, shutdown.clone())))
+    } else {
+        None
+    };
+    print_ready(&cluster, hollow.is_some().then_some(args.agents));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
-    println!("keelson up: stopping servers");
-    cluster.stop(Duration::from_secs(10)).await?;
-    println!("keelson up: stopped");
+    let (nodes, netns) = (cluster.node_count() > 0, cluster.host_addr().is_some());
+    println!("keelson up: stopping{}", if nodes { " (nodes stop their pods first)" } else { "" });
+    shutdown.cancel();
+    if let Some(h) = hollow {
+        let _ = h.await;
+    }
+    cluster.stop(Duration::from_secs(20)).await?;
+    println!("keelson up: stopped{}", if netns { "; namespaces, veths and routes removed" } else { "" });
     Ok(())
+}
+
+fn print_ready(cluster: &Cluster, hollow: Option<usize>) {
+    let m = cluster.manifest();
+    println!();
+    println!("Cluster ready ({} servers, {} nodes). Members:", cluster.server_count(), hollow.unwrap_or(cluster.node_count()));
+    for s in m.servers() {
+        println!("  {:<10} store/raft {}   API https://{}   metrics http://{}/metrics   log {}", s.name, s.raft_addr, s.api_addr, s.metrics_addr, s.log.display());
+    }
+    for n in m.nodes() {
+        println!("  {:<10} node {}   pods {}   namespace {}   log {}", n.name, n.addr, n.pod_cidr, n.netns.as_deref().unwrap_or("-"), n.log.display());
+    }
+    if let Some(n) = hollow {
+        println!("  hollow-0 … hollow-{}   simulated nodes (no containers)", n.saturating_sub(1));
+    }
+    if let Some(host) = cluster.host_addr() {
+        println!("This shell reaches members and pods through {host} on {} (routes to every node's pods).", keelson_runner::topology::host_veth(cluster.run_id()));
+    }
+    println!("State: {}   (cluster.json lists every member: kind, pid, addresses, data directory)", cluster.dir().display());
+    println!("kubectl: export KUBECONFIG={}   (contexts keelson-1 … keelson-{})", cluster.kubeconfig_path().display(), cluster.server_count());
+    if cluster.node_count() > 0 {
+        println!("Try:   kubectl create deployment web --image=keelson.local/busybox:stable --replicas=2 -- httpd -f -p 80 -h /www");
+        println!("       kubectl get pods -o wide; curl http://<pod IP>/");
+    }
+    println!("Stop:  Ctrl-C (running `keelson up` again on the same --data-dir resumes)");
 }
 
 #[derive(Args)]
@@ -86,7 +131,7 @@ impl Target {
         match std::fs::read(&path) {
             Ok(bytes) => {
                 let m: Manifest = serde_json::from_slice(&bytes).with_context(|| format!("reading {}", path.display()))?;
-                Ok(m.servers.into_iter().map(|s| s.raft_addr).collect())
+                Ok(m.servers().map(|s| s.raft_addr.clone()).collect())
             }
             Err(_) if self.cluster_dir.is_none() => Ok(vec!["127.0.0.1:2380".into()]),
             Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),

@@ -29,10 +29,15 @@ pub struct HollowArgs {
     memory: String,
 }
 
-pub async fn run(args: HollowArgs) -> anyhow::Result<()> {
-    let kc = kube::config::Kubeconfig::read_from(&args.kubeconfig).with_context(|| format!("reading {}", args.kubeconfig.display()))?;
+/// A client of the kubeconfig's current context.
+pub async fn kube_client(kubeconfig: &std::path::Path) -> anyhow::Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).with_context(|| format!("reading {}", kubeconfig.display()))?;
     let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?;
-    let client = kube::Client::try_from(config)?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+pub async fn run(args: HollowArgs) -> anyhow::Result<()> {
+    let client = kube_client(&args.kubeconfig).await?;
     let mut cfg = keelson_agent::hollow::HollowConfig::new(&args.prefix, args.count);
     cfg.first = args.first;
     cfg.capacity.cpu = args.cpu;

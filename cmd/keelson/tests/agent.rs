@@ -116,7 +116,7 @@ fn keelson() -> &'static str {
 }
 
 fn free_port() -> u16 {
-    keelson_localcluster::free_loopback_port().unwrap()
+    keelson_runner::free_loopback_port().unwrap()
 }
 
 fn start_agent(net: &NodeNet, dir: &Path, server: &str, token: &str, log: &str) -> Proc {

@@ -57,13 +57,13 @@ async fn components_are_elected_and_move_when_their_server_dies_or_stops() {
     // The components use their own identities, which RBAC allows to hold their Leases
     // (the audit log of the holding server names them).
     let victim = server_of(&first[0].0).unwrap();
-    let audits: Vec<String> = cluster.manifest().servers.iter().filter_map(|s| std::fs::read_to_string(s.data_dir.join("audit.log")).ok()).collect();
+    let audits: Vec<String> = cluster.manifest().servers().filter_map(|s| std::fs::read_to_string(s.data_dir.join("audit.log")).ok()).collect();
     for user in ["system:kube-scheduler", "system:kube-controller-manager"] {
         assert!(audits.iter().any(|a| a.contains(&format!("\"{user}\"")) && a.contains("leases")), "no audited lease write by {user}");
     }
     // Metrics: exactly one server leads each component.
     let mut leading = 0;
-    for s in &cluster.manifest().servers {
+    for s in cluster.manifest().servers() {
         let page = metrics_page(&s.metrics_addr).await;
         leading += page.lines().filter(|l| l.starts_with("leader_election_master_status{") && l.ends_with(" 1")).count();
     }
@@ -81,12 +81,12 @@ async fn components_are_elected_and_move_when_their_server_dies_or_stops() {
     // SIGTERM the new scheduler holder: it releases, another server takes over.
     let stopping = server_of(&after_kill[0].0).unwrap();
     let last = (0..3).find(|&s| s != victim && s != stopping).unwrap();
-    cluster.restart(victim).unwrap();
+    cluster.restart(victim).await.unwrap();
     cluster.signal(stopping, 15).unwrap();
     let c = client(&cluster, &format!("keelson-{}", last + 1)).await;
     let after_stop = wait_holders(&c, "after SIGTERM", |s| s != stopping).await;
     eprintln!("after SIGTERM: {after_stop:?}");
-    let log = std::fs::read_to_string(cluster.manifest().servers[stopping].data_dir.join("server.log")).unwrap_or_default();
+    let log = std::fs::read_to_string(&cluster.manifest().members[stopping].log).unwrap_or_default();
     assert!(log.contains("released the lease"), "the stopped server did not release its leases");
     cluster.stop(Duration::from_secs(10)).await.unwrap();
 }

@@ -14,7 +14,7 @@ use cluster_support::{client, server_of, start_short_elections};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use keelson_localcluster::LocalCluster;
+use keelson_runner::Cluster;
 use kube::api::{Api, ListParams};
 
 struct Out {
@@ -23,7 +23,7 @@ struct Out {
     stderr: String,
 }
 
-fn kubectl(cluster: &LocalCluster, context: &str, args: &[&str], stdin: Option<&str>) -> Out {
+fn kubectl(cluster: &Cluster, context: &str, args: &[&str], stdin: Option<&str>) -> Out {
     let mut cmd = Command::new("kubectl");
     cmd.arg("--kubeconfig").arg(cluster.kubeconfig_path()).arg("--context").arg(context).args(args);
     cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() }).stdout(Stdio::piped()).stderr(Stdio::piped());

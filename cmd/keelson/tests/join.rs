@@ -8,7 +8,7 @@ use std::time::Duration;
 use keelson_client::StoreClient;
 
 fn free_port() -> u16 {
-    keelson_localcluster::free_loopback_port().expect("a free loopback port")
+    keelson_runner::free_loopback_port().expect("a free loopback port")
 }
 
 struct Server {

@@ -986,7 +986,7 @@ async fn failover_when_leader_and_then_a_follower_are_killed() {
     expected.push("configmap/web-config".into());
 
     // Kill the leader.
-    let leader = tc.cluster.leader_index().await.expect("a leader");
+    let leader = tc.cluster.leader().await.expect("a leader");
     eprintln!("killing the leader {}", tc.context_name(leader));
     tc.cluster.kill(leader).await.expect("kill leader");
     let killed_at = Instant::now();
@@ -1007,9 +1007,9 @@ async fn failover_when_leader_and_then_a_follower_are_killed() {
     }
 
     // Restart it; it catches up and serves the same objects.
-    tc.cluster.restart(leader).expect("restart");
+    tc.cluster.restart(leader).await.expect("restart");
     tc.cluster.wait_api(Duration::from_secs(60)).await.expect("restarted server serves the API");
-    tc.cluster.wait_ready(Duration::from_secs(60)).await.expect("cluster ready");
+    tc.cluster.wait_healthy(Duration::from_secs(60)).await.expect("cluster ready");
     // The Deployment's pods are the controller manager's to make (it may be moving to
     // another server right now): compared by count, everything else by name.
     let reference = ctx[survivors[0]].names(&["configmaps,deployments,services,pods", "-l", "!pod-template-hash"]);
@@ -1022,7 +1022,7 @@ async fn failover_when_leader_and_then_a_follower_are_killed() {
     });
 
     // Kill a follower (one that was not killed before).
-    let now_leader = tc.cluster.leader_index().await.expect("a leader");
+    let now_leader = tc.cluster.leader().await.expect("a leader");
     let follower = (0..3).find(|i| *i != now_leader && *i != leader).or_else(|| (0..3).find(|i| *i != now_leader)).expect("a follower");
     eprintln!("killing the follower {} (leader is {})", tc.context_name(follower), tc.context_name(now_leader));
     tc.cluster.kill(follower).await.expect("kill follower");
@@ -1035,9 +1035,9 @@ async fn failover_when_leader_and_then_a_follower_are_killed() {
             workload(k, &format!("f{round}-{n}"), &mut expected);
         }
     }
-    tc.cluster.restart(follower).expect("restart follower");
+    tc.cluster.restart(follower).await.expect("restart follower");
     tc.cluster.wait_api(Duration::from_secs(60)).await.expect("restarted follower serves the API");
-    tc.cluster.wait_ready(Duration::from_secs(60)).await.expect("cluster ready");
+    tc.cluster.wait_healthy(Duration::from_secs(60)).await.expect("cluster ready");
 
     // All three serve the same objects, all of them (the Deployment's pods by count).
     let reference = ctx[survivors[0]].names(&["configmaps,deployments,services,pods", "-l", "!pod-template-hash"]);

@@ -8,22 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keelson_client::api::ReadConsistency;
-use keelson_localcluster::{LocalCluster, LocalClusterSpec};
+use keelson_runner::{Cluster, ClusterSpec};
 use keelson_mvcc::{KeyRange, RangeRequest};
 
 fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_keelson"))
 }
 
-async fn start(servers: usize, dir: PathBuf, extra: &[&str]) -> LocalCluster {
-    let spec = LocalClusterSpec {
-        servers,
-        dir,
-        binary: binary(),
-        base_port: 0,
-        extra_args: extra.iter().map(|s| s.to_string()).collect(),
-    };
-    LocalCluster::start(spec, |m| eprintln!("cluster: {m}")).await.expect("cluster starts")
+async fn start(servers: usize, dir: PathBuf, extra: &[&str]) -> Cluster {
+    let mut spec = ClusterSpec::loopback(servers, binary(), dir);
+    spec.server_args = extra.iter().map(|s| s.to_string()).collect();
+    Cluster::start(spec, |m| eprintln!("cluster: {m}")).await.expect("cluster starts")
 }
 
 /// Under concurrent writes, replicas (the leader every other time) are killed with
@@ -64,14 +59,14 @@ async fn durability_under_kill_9(servers: usize) {
     for round in 0..6 {
         tokio::time::sleep(Duration::from_millis(1200)).await;
         let victim = if round % 2 == 0 {
-            cluster.leader_index().await.unwrap_or(round % servers)
+            cluster.leader().await.unwrap_or(round % servers)
         } else {
             (round * 7 + 1) % servers
         };
         eprintln!("round {round}: kill -9 server {victim}");
         cluster.kill(victim).await.expect("kill");
         tokio::time::sleep(Duration::from_millis(800)).await;
-        cluster.restart(victim).expect("restart");
+        cluster.restart(victim).await.expect("restart");
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
     stop.store(true, Ordering::Relaxed);
@@ -84,7 +79,7 @@ async fn durability_under_kill_9(servers: usize) {
     }
     eprintln!("{} of {attempts} writes acknowledged", acked.len());
     assert!(acked.len() > 100, "too few acknowledged writes to mean anything: {}", acked.len());
-    cluster.wait_ready(Duration::from_secs(60)).await.expect("cluster recovers");
+    cluster.wait_healthy(Duration::from_secs(60)).await.expect("cluster recovers");
     // Check on every replica, linearizably.
     for i in 0..servers {
         let c = cluster.client().starting_at(i);
@@ -150,10 +145,10 @@ async fn keelson_up_writes_cluster_json_stops_cleanly_and_resumes() {
 
     let mut up = spawn_up();
     wait_ready(&mut up);
-    let manifest: keelson_localcluster::Manifest =
+    let manifest: keelson_runner::Manifest =
         serde_json::from_slice(&std::fs::read(dir.join("cluster.json")).expect("cluster.json")).expect("manifest");
-    assert_eq!(manifest.servers.len(), 3);
-    assert!(manifest.servers.iter().all(|s| s.running && s.pid.is_some()));
+    assert_eq!(manifest.servers().count(), 3);
+    assert!(manifest.servers().all(|s| s.running && s.pid.is_some()));
     let st = status_json(&dir);
     let members = st["members"].as_array().expect("members");
     assert_eq!(members.len(), 3);
@@ -172,7 +167,7 @@ async fn keelson_up_writes_cluster_json_stops_cleanly_and_resumes() {
     unsafe { libc::kill(up.id() as i32, libc::SIGTERM) };
     let code = up.wait().expect("wait");
     assert!(code.success(), "keelson up exited with {code}");
-    for s in &manifest.servers {
+    for s in manifest.servers() {
         let alive = unsafe { libc::kill(s.pid.expect("pid") as i32, 0) } == 0;
         assert!(!alive, "{} still running after keelson up stopped", s.name);
     }

@@ -133,7 +133,7 @@ async fn scheduler_binds_pods_explains_failures_and_survives_its_server_dying() 
     // Schedulers count their attempts as kube-scheduler does (summed over the servers, in
     // case the lease moved during the test).
     let mut pages = String::new();
-    for s in &cluster.manifest().servers {
+    for s in cluster.manifest().servers() {
         pages += &metrics_page(&s.metrics_addr).await;
     }
     let count = |result: &str| -> f64 {

@@ -15,7 +15,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use keelson_localcluster::{LocalCluster, LocalClusterSpec};
+use keelson_runner::{Cluster, ClusterSpec};
 use kube::api::{ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::Api;
@@ -126,12 +126,12 @@ pub struct ApiReport {
 
 /// The cluster a bench drives: the one `kubeconfig` names, or a 3-server cluster of this
 /// binary started in `tmp` (returned, for the bench to stop).
-pub(crate) async fn bench_cluster(kubeconfig: Option<&PathBuf>, tmp: &std::path::Path) -> anyhow::Result<(PathBuf, Option<LocalCluster>)> {
+pub(crate) async fn bench_cluster(kubeconfig: Option<&PathBuf>, tmp: &std::path::Path) -> anyhow::Result<(PathBuf, Option<Cluster>)> {
     if let Some(k) = kubeconfig {
         return Ok((k.clone(), None));
     }
-    let spec = LocalClusterSpec { servers: 3, dir: tmp.join("keelson"), binary: std::env::current_exe()?, base_port: 0, extra_args: vec![] };
-    let c = LocalCluster::start(spec, |m| eprintln!("bench: keelson: {m}")).await?;
+    let spec = ClusterSpec::loopback(3, std::env::current_exe()?, tmp.join("keelson"));
+    let c = Cluster::start(spec, |m| eprintln!("bench: keelson: {m}")).await?;
     c.wait_api(Duration::from_secs(60)).await?;
     Ok((c.kubeconfig_path(), Some(c)))
 }

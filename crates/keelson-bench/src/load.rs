@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use keelson_client::api::ReadConsistency;
 use keelson_client::{PeerTls, StoreClient};
-use keelson_localcluster::{LocalCluster, LocalClusterSpec};
+use keelson_runner::{Cluster, ClusterSpec};
 use keelson_mvcc::{KeyRange, RangeRequest};
 use rand::Rng;
 
@@ -301,16 +301,10 @@ pub async fn run_store_bench(args: StoreBenchArgs) -> anyhow::Result<()> {
             None => None,
         };
         let endpoints = if args.endpoints.is_empty() {
-            let spec = LocalClusterSpec {
-                servers: args.servers,
-                dir: tmp.path().join("keelson"),
-                binary: std::env::current_exe()?,
-                base_port: 0,
-                extra_args: vec![],
-            };
-            let c = LocalCluster::start(spec, |m| eprintln!("bench: keelson: {m}")).await?;
+            let spec = ClusterSpec::loopback(args.servers, std::env::current_exe()?, tmp.path().join("keelson"));
+            let c = Cluster::start(spec, |m| eprintln!("bench: keelson: {m}")).await?;
             let eps = c.endpoints();
-            tls = c.tls();
+            tls = Some(c.tls().clone());
             cluster = Some(c);
             eps
         } else {

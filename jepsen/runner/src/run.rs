@@ -117,15 +117,15 @@ pub async fn run(opts: RunOptions) -> Result<RunVerdict, RunError> {
     // the writer's creation (just before `epoch`).
     let harness_offset = epoch.elapsed();
     let harness = Harness::start(spec).await.map_err(|e| RunError::Harness(e.to_string()))?;
-    let endpoints = harness.endpoints();
-    let tls = harness.tls().clone();
+    let endpoints = harness.cluster().endpoints();
+    let tls = harness.cluster().tls().clone();
     let kube_target = KubeTarget {
-        api_endpoints: harness.api_endpoints(),
-        pki_dir: harness.pki_dir(),
+        api_endpoints: harness.cluster().api_endpoints(),
+        pki_dir: harness.cluster().pki_dir(),
         store_endpoints: endpoints.clone(),
         store_tls: Some(tls.clone()),
     };
-    eprintln!("jepsen: cluster of {} up ({:?}); running for {:?}", opts.servers, harness.isolation(), opts.time_limit);
+    eprintln!("jepsen: cluster of {} up ({:?}); running for {:?}", opts.servers, harness.cluster().isolation(), opts.time_limit);
     let harness = Arc::new(Mutex::new(harness));
 
     let stop_workload = CancellationToken::new();
@@ -206,7 +206,7 @@ pub async fn run(opts: RunOptions) -> Result<RunVerdict, RunError> {
     let healed = {
         let mut h = harness.lock().await;
         let healed = h.apply(keelson_chaos::Fault::HealAll).await;
-        let settled = h.wait_healthy(Duration::from_secs(60)).await;
+        let settled = h.cluster().wait_healthy(Duration::from_secs(60)).await.map_err(keelson_chaos::ChaosError::from);
         healed.map(|_| ()).and(settled)
     };
     // The lease workload also gets a lease duration to recover from the last fault.

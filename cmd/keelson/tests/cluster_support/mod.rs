@@ -7,32 +7,27 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use keelson_localcluster::{LocalCluster, LocalClusterSpec};
+use keelson_runner::{Cluster, ClusterSpec};
 
 /// Lease 3 s, renew deadline 2 s, retry 500 ms: failovers in seconds, not a quarter minute.
 pub const SHORT_ELECTIONS: [&str; 6] = ["--leader-elect-lease-duration", "3s", "--leader-elect-renew-deadline", "2s", "--leader-elect-retry-period", "500ms"];
 
 /// Three servers in `dir`, their APIs up.
-pub async fn start_short_elections(dir: &Path) -> LocalCluster {
+pub async fn start_short_elections(dir: &Path) -> Cluster {
     start_short_elections_with(dir, &[]).await
 }
 
 /// The same, every server also given `more` flags.
-pub async fn start_short_elections_with(dir: &Path, more: &[&str]) -> LocalCluster {
-    let spec = LocalClusterSpec {
-        servers: 3,
-        dir: dir.to_path_buf(),
-        binary: PathBuf::from(env!("CARGO_BIN_EXE_keelson")),
-        base_port: 0,
-        extra_args: SHORT_ELECTIONS.iter().chain(more).map(|s| s.to_string()).collect(),
-    };
-    let cluster = LocalCluster::start(spec, |m| eprintln!("cluster: {m}")).await.unwrap();
+pub async fn start_short_elections_with(dir: &Path, more: &[&str]) -> Cluster {
+    let mut spec = ClusterSpec::loopback(3, PathBuf::from(env!("CARGO_BIN_EXE_keelson")), dir);
+    spec.server_args = SHORT_ELECTIONS.iter().chain(more).map(|s| s.to_string()).collect();
+    let cluster = Cluster::start(spec, |m| eprintln!("cluster: {m}")).await.unwrap();
     cluster.wait_api(Duration::from_secs(60)).await.unwrap();
     cluster
 }
 
 /// An admin kube client to the server of kubeconfig context `context` (`keelson-N`).
-pub async fn client(cluster: &LocalCluster, context: &str) -> kube::Client {
+pub async fn client(cluster: &Cluster, context: &str) -> kube::Client {
     let kc = kube::config::Kubeconfig::read_from(cluster.kubeconfig_path()).unwrap();
     let opts = kube::config::KubeConfigOptions { context: Some(context.into()), ..Default::default() };
     kube::Client::try_from(kube::Config::from_custom_kubeconfig(kc, &opts).await.unwrap()).unwrap()

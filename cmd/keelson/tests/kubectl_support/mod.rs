@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
-use keelson_localcluster::{LocalCluster, LocalClusterSpec};
+use keelson_runner::{Cluster, ClusterSpec};
 use serde_json::Value;
 
 /// The dispatcher that picks the kubectl matching the server's minor version.
@@ -48,7 +48,7 @@ pub fn fixture(name: &str) -> String {
 
 /// A running 3-replica cluster plus the temporary directories of one test.
 pub struct TestCluster {
-    pub cluster: LocalCluster,
+    pub cluster: Cluster,
     /// Holds the cluster directory and the kubectl HOME; removed on drop.
     pub tmp: tempfile::TempDir,
 }
@@ -71,14 +71,9 @@ impl TestCluster {
             "these tests drive the real kubectl, expected at {KUBECTL} (with versioned binaries in {KUBECTL_VERSIONS_DIR}); install kubectl"
         );
         let tmp = tempfile::tempdir().expect("tempdir");
-        let spec = LocalClusterSpec {
-            servers: 3,
-            dir: tmp.path().join("cluster"),
-            binary: PathBuf::from(env!("CARGO_BIN_EXE_keelson")),
-            base_port: 0,
-            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
-        };
-        let cluster = LocalCluster::start(spec, |m| eprintln!("cluster: {m}")).await.expect("the 3-replica cluster starts");
+        let mut spec = ClusterSpec::loopback(3, PathBuf::from(env!("CARGO_BIN_EXE_keelson")), tmp.path().join("cluster"));
+        spec.server_args = extra_args.iter().map(|s| s.to_string()).collect();
+        let cluster = Cluster::start(spec, |m| eprintln!("cluster: {m}")).await.expect("the 3-replica cluster starts");
         let tc = Self { cluster, tmp };
         // `start` returns once the API ports accept connections; the built-in namespaces
         // are created asynchronously, so wait until `default` is there on every replica.
@@ -113,12 +108,12 @@ impl TestCluster {
 
     /// `https://127.0.0.1:PORT` of server `i` (0-based).
     pub fn api_url(&self, i: usize) -> String {
-        format!("https://{}", self.cluster.manifest().servers[i].api_addr)
+        format!("https://{}", self.cluster.manifest().members[i].api_addr)
     }
 
     /// Context name of server `i` (0-based).
     pub fn context_name(&self, i: usize) -> String {
-        self.cluster.manifest().servers[i].name.clone()
+        self.cluster.manifest().members[i].name.clone()
     }
 
     pub async fn stop(self) {

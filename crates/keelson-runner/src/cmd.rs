@@ -1,18 +1,19 @@
-//! Subprocesses with a deadline, small process helpers and wall-clock formatting.
+//! Subprocesses with a deadline, small process helpers and wall-clock formatting (public:
+//! the chaos harness runs its `nft` and `tc` calls through them).
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::ChaosError;
+use crate::RunnerError;
 
 /// Default deadline for one `ip`/`nft`/`tc` call.
-pub(crate) const CMD_TIMEOUT: Duration = Duration::from_secs(10);
+pub const CMD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs `argv` (with `stdin` fed to it, if any) and returns its stdout. Fails with
-/// [`ChaosError::Command`] on a non-zero exit or when `timeout` passes (the child is then
+/// [`RunnerError::Command`] on a non-zero exit or when `timeout` passes (the child is then
 /// killed).
-pub(crate) fn run(argv: &[&str], stdin: Option<&str>, timeout: Duration) -> Result<String, ChaosError> {
+pub fn run(argv: &[&str], stdin: Option<&str>, timeout: Duration) -> Result<String, RunnerError> {
     let shown = argv.join(" ");
     let mut child = Command::new(argv[0])
         .args(&argv[1..])
@@ -20,7 +21,7 @@ pub(crate) fn run(argv: &[&str], stdin: Option<&str>, timeout: Duration) -> Resu
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(ChaosError::io(format!("running `{shown}`")))?;
+        .map_err(RunnerError::io(format!("running `{shown}`")))?;
     if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
         let text = text.to_string();
         // A writer thread, so a child that does not read cannot block us past the deadline.
@@ -60,8 +61,8 @@ pub(crate) fn run(argv: &[&str], stdin: Option<&str>, timeout: Duration) -> Resu
     let stderr = err_reader.join().unwrap_or_default();
     match status {
         Some(st) if st.success() => Ok(stdout),
-        Some(st) => Err(ChaosError::Command { cmd: shown, status: st.to_string(), stderr: stderr.trim().to_string() }),
-        None => Err(ChaosError::Command {
+        Some(st) => Err(RunnerError::Command { cmd: shown, status: st.to_string(), stderr: stderr.trim().to_string() }),
+        None => Err(RunnerError::Command {
             cmd: shown,
             status: format!("timed out after {timeout:?}"),
             stderr: stderr.trim().to_string(),
@@ -70,45 +71,45 @@ pub(crate) fn run(argv: &[&str], stdin: Option<&str>, timeout: Duration) -> Resu
 }
 
 /// [`run`] on the blocking thread pool.
-pub(crate) async fn run_async(
+pub async fn run_async(
     argv: Vec<String>,
     stdin: Option<String>,
     timeout: Duration,
-) -> Result<String, ChaosError> {
+) -> Result<String, RunnerError> {
     tokio::task::spawn_blocking(move || {
         let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
         run(&refs, stdin.as_deref(), timeout)
     })
     .await
-    .map_err(|e| ChaosError::Io { context: "subprocess task".into(), source: std::io::Error::other(e.to_string()) })?
+    .map_err(|e| RunnerError::Io { context: "subprocess task".into(), source: std::io::Error::other(e.to_string()) })?
 }
 
 /// True when the effective user is root.
-pub(crate) fn is_root() -> bool {
+pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
 
 /// Sends `sig` to `pid`; true when the signal was delivered.
-pub(crate) fn signal(pid: u32, sig: i32) -> bool {
+pub fn signal(pid: u32, sig: i32) -> bool {
     // SAFETY: kill(2) with a pid we recorded; a stale pid at worst gets ESRCH.
     unsafe { libc::kill(pid as i32, sig) == 0 }
 }
 
 /// The process state letter of `pid` (`R`, `S`, `T` stopped, `Z` zombie, ...).
-pub(crate) fn state(pid: u32) -> Option<char> {
+pub fn state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
 /// True while `pid` exists and is not a zombie.
-pub(crate) fn alive(pid: u32) -> bool {
+pub fn alive(pid: u32) -> bool {
     state(pid).is_some_and(|s| s != 'Z')
 }
 
 /// The process's start time in clock ticks since boot (`/proc/<pid>/stat` field 22), to
 /// tell a process from a later one that reuses its pid.
-pub(crate) fn start_time(pid: u32) -> Option<u64> {
+pub fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (_, rest) = stat.rsplit_once(')')?;
     // rest starts with field 3 (state); field 22 is index 19 of it.
@@ -116,7 +117,7 @@ pub(crate) fn start_time(pid: u32) -> Option<u64> {
 }
 
 /// Sends SIGKILL to `pid` and waits (≤ `timeout`) until it is gone or a zombie.
-pub(crate) fn kill_and_wait(pid: u32, timeout: Duration) -> bool {
+pub fn kill_and_wait(pid: u32, timeout: Duration) -> bool {
     signal(pid, libc::SIGKILL);
     let deadline = Instant::now() + timeout;
     while alive(pid) {
@@ -129,13 +130,13 @@ pub(crate) fn kill_and_wait(pid: u32, timeout: Duration) -> bool {
 }
 
 /// Now as RFC 3339 UTC with milliseconds, e.g. `2025-01-31T12:34:56.789Z`.
-pub(crate) fn rfc3339_now() -> String {
+pub fn rfc3339_now() -> String {
     let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     rfc3339(d)
 }
 
 /// `since_epoch` as RFC 3339 UTC with milliseconds.
-pub(crate) fn rfc3339(since_epoch: Duration) -> String {
+pub fn rfc3339(since_epoch: Duration) -> String {
     let secs = since_epoch.as_secs();
     let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
     // Howard Hinnant's civil_from_days.
@@ -173,7 +174,7 @@ mod tests {
     fn run_reports_status_stderr_and_timeout() {
         assert_eq!(run(&["sh", "-c", "cat"], Some("hi"), CMD_TIMEOUT).unwrap(), "hi");
         match run(&["sh", "-c", "echo oops >&2; exit 3"], None, CMD_TIMEOUT) {
-            Err(ChaosError::Command { status, stderr, .. }) => {
+            Err(RunnerError::Command { status, stderr, .. }) => {
                 assert!(status.contains('3'), "{status}");
                 assert_eq!(stderr, "oops");
             }
@@ -181,7 +182,7 @@ mod tests {
         }
         let t = Instant::now();
         match run(&["sleep", "5"], None, Duration::from_millis(200)) {
-            Err(ChaosError::Command { status, .. }) => assert!(status.contains("timed out"), "{status}"),
+            Err(RunnerError::Command { status, .. }) => assert!(status.contains("timed out"), "{status}"),
             other => panic!("unexpected {other:?}"),
         }
         assert!(t.elapsed() < Duration::from_secs(3));

@@ -1,4 +1,4 @@
-//! Network namespaces, the bridge, veths, nftables partitions and netem latency.
+//! Network namespaces, the bridge, veths and the host's routes to the nodes' pods.
 //!
 //! Layout of run `<id>` with subnet `N.0/24`:
 //!
@@ -8,6 +8,9 @@
 //!                                      ├─ n1 ──veth── eth0 N.11/24 (kc<id>-n1)
 //!                                      └─ …
 //! ```
+//!
+//! The host reaches node `k`'s pods through a route `P.k.0/24 via <node address>` on
+//! `kc<id>h`; the route goes when the veth does.
 //!
 //! Every subprocess call is bounded ([`CMD_TIMEOUT`]). Each namespace is recorded in the
 //! run's [`CleanupState`] before it is created, so a failed setup is still cleaned up.
@@ -20,26 +23,28 @@ use std::time::{Duration, Instant};
 
 use crate::cleanup::{lock, registry_dir, CleanupState};
 use crate::cmd::{run, run_async, CMD_TIMEOUT};
-use crate::topology::{bridge_ns, choose_subnet, host_addr, host_veth, node_addr, node_ns, parse_prefixes, NFT_TABLE};
-use crate::ChaosError;
+use crate::topology::{bridge_ns, choose_pod_net, choose_subnet, host_addr, host_veth, member_addr, member_ns, parse_prefixes};
+use crate::RunnerError;
 
 fn argv(words: &[&str]) -> Vec<String> {
     words.iter().map(|w| w.to_string()).collect()
 }
 
-async fn ip(words: &[&str]) -> Result<String, ChaosError> {
+async fn ip(words: &[&str]) -> Result<String, RunnerError> {
     let mut v = vec!["ip".to_string()];
     v.extend(argv(words));
     run_async(v, None, CMD_TIMEOUT).await
 }
 
-/// Why Netns mode cannot work here, or `Ok` when it can: root, `ip netns` and `nft`.
+/// Why the namespace topology cannot work here, or `Ok` when it can: root, `ip netns`,
+/// `nsenter` and `nft`.
 pub(crate) fn probe() -> Result<(), String> {
     if !crate::cmd::is_root() {
         return Err("not running as root".into());
     }
     run(&["ip", "netns", "list"], None, CMD_TIMEOUT).map_err(|e| format!("`ip netns` does not work: {e}"))?;
     run(&["nft", "--version"], None, CMD_TIMEOUT).map_err(|e| format!("`nft` does not work: {e}"))?;
+    run(&["nsenter", "--version"], None, CMD_TIMEOUT).map_err(|e| format!("`nsenter` does not work: {e}"))?;
     Ok(())
 }
 
@@ -50,11 +55,11 @@ struct SubnetLock {
 }
 
 impl SubnetLock {
-    fn acquire(timeout: Duration) -> Result<Self, ChaosError> {
+    fn acquire(timeout: Duration) -> Result<Self, RunnerError> {
         let dir = registry_dir();
-        std::fs::create_dir_all(&dir).map_err(ChaosError::io(dir.display().to_string()))?;
+        std::fs::create_dir_all(&dir).map_err(RunnerError::io(dir.display().to_string()))?;
         let path = dir.join("subnet.lock");
-        let f = File::create(&path).map_err(ChaosError::io(path.display().to_string()))?;
+        let f = File::create(&path).map_err(RunnerError::io(path.display().to_string()))?;
         let deadline = Instant::now() + timeout;
         loop {
             // SAFETY: flock on a file descriptor we own.
@@ -62,16 +67,25 @@ impl SubnetLock {
                 return Ok(Self { _file: f });
             }
             if Instant::now() >= deadline {
-                return Err(ChaosError::NotReady(format!("{} stayed locked for {timeout:?}", path.display())));
+                return Err(RunnerError::NotReady(format!("{} stayed locked for {timeout:?}", path.display())));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
 
-/// Builds the bridge namespace, host veth and one namespace per server; returns the
-/// subnet's network address. Links are up everywhere, `lo` included.
-pub(crate) async fn setup(run_id: &str, n: usize, state: &Arc<Mutex<CleanupState>>) -> Result<Ipv4Addr, ChaosError> {
+/// The addresses a run's namespaces use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Subnets {
+    /// Network address of the members' /24.
+    pub members: Ipv4Addr,
+    /// Network address of the pods' /16.
+    pub pods: Ipv4Addr,
+}
+
+/// Builds the bridge namespace, host veth and one namespace per member; returns the
+/// subnets (`want`, when given, or free ones). Links are up everywhere, `lo` included.
+pub(crate) async fn setup(run_id: &str, n: usize, want: Option<Subnets>, state: &Arc<Mutex<CleanupState>>) -> Result<Subnets, RunnerError> {
     let br = bridge_ns(run_id);
     let veth = host_veth(run_id);
     lock(state).namespaces.push(br.clone());
@@ -85,23 +99,44 @@ pub(crate) async fn setup(run_id: &str, n: usize, state: &Arc<Mutex<CleanupState
     ip(&["link", "add", &veth, "type", "veth", "peer", "name", "hv", "netns", &br]).await?;
     ip(&["-n", &br, "link", "set", "hv", "master", "br0"]).await?;
     ip(&["-n", &br, "link", "set", "hv", "up"]).await?;
-    let subnet = {
+    let subnets = {
         let guard =
             tokio::task::spawn_blocking(|| SubnetLock::acquire(Duration::from_secs(15))).await.map_err(|e| {
-                ChaosError::Io { context: "subnet lock".into(), source: std::io::Error::other(e.to_string()) }
+                RunnerError::Io { context: "subnet lock".into(), source: std::io::Error::other(e.to_string()) }
             })??;
         let mut used = parse_prefixes(&ip(&["-4", "-o", "route", "show", "table", "all"]).await?);
         used.extend(parse_prefixes(&ip(&["-4", "-o", "addr", "show"]).await?));
-        let subnet = choose_subnet(&used).ok_or_else(|| {
-            ChaosError::Unsupported("every candidate /24 (documentation and 198.18.0.0/15 ranges) is in use".into())
-        })?;
-        ip(&["addr", "add", &format!("{}/24", host_addr(subnet)), "dev", &veth]).await?;
+        let subnets = match want {
+            Some(w) => {
+                let free = |net, len| used.iter().all(|(p, l)| !crate::topology::overlaps_net(net, len, *p, *l));
+                if !free(w.members, 24) || !free(w.pods, 16) {
+                    return Err(RunnerError::Unsupported(format!(
+                        "the cluster's networks {}/24 and {}/16 are not both free on this host now; it cannot be resumed",
+                        w.members, w.pods
+                    )));
+                }
+                w
+            }
+            None => Subnets {
+                members: choose_subnet(&used).ok_or_else(|| {
+                    RunnerError::Unsupported("every candidate /24 (documentation and 198.18.0.0/15 ranges) is in use".into())
+                })?,
+                pods: choose_pod_net(&used)
+                    .ok_or_else(|| RunnerError::Unsupported("every pod network 10.42.0.0/16 … 10.250.0.0/16 is in use".into()))?,
+            },
+        };
+        ip(&["addr", "add", &format!("{}/24", host_addr(subnets.members)), "dev", &veth]).await?;
         ip(&["link", "set", &veth, "up"]).await?;
+        // The whole pod network goes onto the veth (the per-node /24 routes refine it), so
+        // parallel runs see it as taken. Member namespaces get no default route: nothing
+        // they send leaves the run's networks.
+        ip(&["route", "add", &format!("{}/16", subnets.pods), "dev", &veth]).await?;
         drop(guard);
-        subnet
+        subnets
     };
+    let subnet = subnets.members;
     for i in 0..n {
-        let ns = node_ns(run_id, i);
+        let ns = member_ns(run_id, i);
         let port = format!("n{i}");
         {
             // Server namespaces go before the bridge's, which is deleted last.
@@ -114,64 +149,13 @@ pub(crate) async fn setup(run_id: &str, n: usize, state: &Arc<Mutex<CleanupState
         ip(&["-n", &br, "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", &ns]).await?;
         ip(&["-n", &br, "link", "set", &port, "master", "br0"]).await?;
         ip(&["-n", &br, "link", "set", &port, "up"]).await?;
-        ip(&["-n", &ns, "addr", "add", &format!("{}/24", node_addr(subnet, i)), "dev", "eth0"]).await?;
+        ip(&["-n", &ns, "addr", "add", &format!("{}/24", member_addr(subnet, i)), "dev", "eth0"]).await?;
         ip(&["-n", &ns, "link", "set", "eth0", "up"]).await?;
     }
-    Ok(subnet)
+    Ok(subnets)
 }
 
-/// Whether `tc … netem` works (tried on `lo` of the bridge namespace); `Err` holds why not.
-pub(crate) async fn probe_netem(run_id: &str) -> Result<(), String> {
-    let br = bridge_ns(run_id);
-    let add = argv(&["ip", "netns", "exec", &br, "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]);
-    match run_async(add, None, CMD_TIMEOUT).await {
-        Ok(_) => {
-            let del = argv(&["ip", "netns", "exec", &br, "tc", "qdisc", "del", "dev", "lo", "root"]);
-            let _ = run_async(del, None, CMD_TIMEOUT).await;
-            Ok(())
-        }
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// Loads `ruleset` (see [`crate::topology::render_ruleset`]) into namespace `ns`.
-pub(crate) async fn load_ruleset(ns: &str, ruleset: &str) -> Result<(), ChaosError> {
-    run_async(argv(&["ip", "netns", "exec", ns, "nft", "-f", "-"]), Some(ruleset.to_string()), CMD_TIMEOUT)
-        .await
-        .map(|_| ())
-}
-
-/// The table as `nft list` shows it in `ns`, or `None` when there is none.
-pub(crate) async fn list_ruleset(ns: &str) -> Option<String> {
-    run_async(argv(&["ip", "netns", "exec", ns, "nft", "list", "table", "inet", NFT_TABLE]), None, CMD_TIMEOUT)
-        .await
-        .ok()
-}
-
-/// Delays every packet leaving `eth0` of `ns` by `millis`.
-pub(crate) async fn set_latency(ns: &str, millis: u32) -> Result<(), ChaosError> {
-    let delay = format!("{millis}ms");
-    run_async(
-        argv(&["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", "eth0", "root", "netem", "delay", &delay]),
-        None,
-        CMD_TIMEOUT,
-    )
-    .await
-    .map(|_| ())
-}
-
-/// Removes the root qdisc of `eth0` in `ns` (no error when there is none).
-pub(crate) async fn clear_latency(ns: &str) -> Result<(), ChaosError> {
-    match run_async(argv(&["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "eth0", "root"]), None, CMD_TIMEOUT)
-        .await
-    {
-        Err(ChaosError::Command { stderr, .. })
-            if stderr.contains("handle of zero")
-                || stderr.contains("No such file")
-                || stderr.contains("Invalid handle") =>
-        {
-            Ok(())
-        }
-        other => other.map(|_| ()),
-    }
+/// Routes the host's traffic for `pod_cidr` to the node at `node`.
+pub(crate) async fn route_pods(run_id: &str, pod_cidr: &str, node: Ipv4Addr) -> Result<(), RunnerError> {
+    ip(&["route", "replace", pod_cidr, "via", &node.to_string(), "dev", &host_veth(run_id)]).await.map(|_| ())
 }

@@ -1,5 +1,5 @@
-//! One server process: spawn (inside its namespace when there is one), kill, stop,
-//! pause, resume, and asking it for its status.
+//! One member's process: spawn (inside its namespace when there is one), kill, stop,
+//! pause, resume.
 
 use std::fs::OpenOptions;
 use std::os::unix::process::CommandExt;
@@ -7,39 +7,24 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use keelson_client::api::MemberStatus;
-use keelson_client::{PeerTls, StoreClient};
-
 use crate::cmd;
-use crate::ChaosError;
+use crate::RunnerError;
 
-/// How long one status call may take.
-pub(crate) const STATUS_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// One server of the cluster.
+/// One supervised process: a `keelson server` or a `keelson agent`, in its own network
+/// namespace when the topology has them.
 #[derive(Debug)]
-pub(crate) struct Node {
-    pub index: usize,
+pub(crate) struct Process {
+    /// The member's name (for messages).
     pub name: String,
-    /// Network namespace to run in (Netns mode).
+    /// Network namespace to run in.
     pub ns: Option<String>,
-    /// `ip:port` it listens on, advertises and clients use.
-    pub addr: String,
-    /// `ip:port` of its Kubernetes API (HTTPS).
-    pub api_addr: String,
-    /// The cluster CA directory, shared by all nodes of the harness.
-    pub pki_dir: PathBuf,
-    pub data_dir: PathBuf,
+    /// Its stdout and stderr (appended).
     pub log: PathBuf,
     pub child: Option<Child>,
     pub paused: bool,
-    /// Raft member id, once known.
-    pub id: Option<u64>,
-    /// The data directory was wiped: the next start must `--join`.
-    pub needs_join: bool,
 }
 
-impl Node {
+impl Process {
     /// The process was started and has not exited.
     pub fn running(&self) -> bool {
         self.pid().is_some_and(cmd::alive)
@@ -54,57 +39,52 @@ impl Node {
         self.child.as_ref().map(Child::id)
     }
 
-    /// Starts `keelson server` with `bootstrap` flags (`--cluster-init`, `--join A` or
-    /// none to resume) and `extra` arguments; output goes to the node's log (appended).
-    /// The process gets SIGKILL when the harness process dies.
-    pub fn spawn(&mut self, binary: &Path, bootstrap: &[String], extra: &[String]) -> Result<u32, ChaosError> {
+    /// Starts `binary args…` (inside the namespace, through `nsenter`, which execs in
+    /// place: the pid is the program's); output goes to the log (appended). The process
+    /// gets `death_signal` when the runner's process dies.
+    pub fn spawn(&mut self, binary: &Path, args: &[String], env: &[(String, String)], death_signal: i32) -> Result<u32, RunnerError> {
         if let Some(mut old) = self.child.take() {
             // Reap an exited predecessor.
             let _ = old.kill();
             let _ = old.wait();
         }
-        std::fs::create_dir_all(&self.data_dir).map_err(ChaosError::io(self.data_dir.display().to_string()))?;
+        if let Some(dir) = self.log.parent() {
+            std::fs::create_dir_all(dir).map_err(RunnerError::io(dir.display().to_string()))?;
+        }
         let open = || {
             OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(&self.log)
-                .map_err(ChaosError::io(self.log.display().to_string()))
+                .map_err(RunnerError::io(self.log.display().to_string()))
         };
         let (out, err) = (open()?, open()?);
         let mut c = match &self.ns {
             Some(ns) => {
-                // `ip netns exec` execs the binary in place: the pid is the server's.
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(binary);
+                // `nsenter` (not `ip netns exec`, which remounts /sys and hides the cgroup
+                // mounts containerd needs) execs the binary in place.
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net=/run/netns/{ns}")).arg(binary);
                 c
             }
             None => Command::new(binary),
         };
-        c.arg("server")
-            .args(["--name", &self.name])
-            .arg("--data-dir")
-            .arg(&self.data_dir)
-            .args(["--listen", &self.addr])
-            .args(["--api-listen", &self.api_addr])
-            .arg("--pki-dir")
-            .arg(&self.pki_dir)
-            .args(bootstrap)
-            .args(extra)
+        c.args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
-            // Its own process group: a terminal's Ctrl-C reaches the harness, which decides.
+            // Its own process group: a terminal's Ctrl-C reaches the runner, which decides.
             .process_group(0);
-        // SAFETY: prctl is async-signal-safe; it only asks the kernel to SIGKILL the child
-        // when its parent dies, so no server outlives the harness process.
+        // SAFETY: prctl is async-signal-safe; it only asks the kernel to signal the child
+        // when its parent dies, so no member outlives the runner's process.
         unsafe {
-            c.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            c.pre_exec(move || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, death_signal);
                 Ok(())
             });
         }
-        let child = spawn_from_spawner_thread(c).map_err(ChaosError::io(format!(
+        let child = spawn_from_spawner_thread(c).map_err(RunnerError::io(format!(
             "starting {} ({})",
             self.name,
             binary.display()
@@ -153,17 +133,17 @@ impl Node {
     }
 
     /// SIGSTOP; returns once the process is stopped (≤ 2 s; the signal is asynchronous).
-    pub async fn pause(&mut self) -> Result<u32, ChaosError> {
+    pub async fn pause(&mut self) -> Result<u32, RunnerError> {
         let pid = self
             .pid()
             .filter(|p| cmd::alive(*p))
-            .ok_or_else(|| ChaosError::Cluster(format!("{} is not running", self.name)))?;
+            .ok_or_else(|| RunnerError::Cluster(format!("{} is not running", self.name)))?;
         cmd::signal(pid, libc::SIGSTOP);
         self.paused = true;
         let deadline = Instant::now() + Duration::from_secs(2);
         while cmd::state(pid) != Some('T') {
             if Instant::now() >= deadline {
-                return Err(ChaosError::NotReady(format!(
+                return Err(RunnerError::NotReady(format!(
                     "{} (pid {pid}) did not stop within 2 s of SIGSTOP",
                     self.name
                 )));
@@ -195,7 +175,7 @@ fn spawn_from_spawner_thread(c: Command) -> std::io::Result<Child> {
     let tx = SPAWNER.get_or_init(|| {
         let (tx, rx) = channel::<SpawnRequest>();
         std::thread::Builder::new()
-            .name("keelson-chaos-spawner".into())
+            .name("keelson-runner-spawner".into())
             .spawn(move || {
                 for (mut c, reply) in rx {
                     let _ = reply.send(c.spawn());
@@ -220,28 +200,4 @@ async fn reap(child: &mut Child, timeout: Duration) -> bool {
             Ok(None) => tokio::time::sleep(Duration::from_millis(10)).await,
         }
     }
-}
-
-/// The server at `addr`'s own status, or `None` if it does not answer within
-/// [`STATUS_TIMEOUT`].
-pub(crate) async fn status(addr: &str, tls: &PeerTls) -> Option<MemberStatus> {
-    let client = StoreClient::with_tls(&[addr], tls).ok()?;
-    tokio::time::timeout(STATUS_TIMEOUT, client.status()).await.ok()?.ok()
-}
-
-/// Statuses of `(index, addr)` servers, asked concurrently.
-pub(crate) async fn statuses(targets: Vec<(usize, String)>, tls: PeerTls) -> Vec<(usize, Option<MemberStatus>)> {
-    let mut set = tokio::task::JoinSet::new();
-    for (i, addr) in targets {
-        let tls = tls.clone();
-        set.spawn(async move { (i, status(&addr, &tls).await) });
-    }
-    let mut out = Vec::new();
-    while let Some(r) = set.join_next().await {
-        if let Ok(x) = r {
-            out.push(x);
-        }
-    }
-    out.sort_by_key(|(i, _)| *i);
-    out
 }
