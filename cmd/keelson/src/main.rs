@@ -62,6 +62,8 @@ enum BenchCmd {
     Api(keelson_bench::ApiBenchArgs),
     /// The scheduler: hollow nodes and a burst of pods, pods/s and create→bind latency.
     Scheduler(keelson_bench::SchedulerBenchArgs),
+    /// The controllers: a Deployment scaled 0 → N on hollow nodes, time to all available.
+    Controllers(keelson_bench::ControllersBenchArgs),
     /// Pod startup on real nodes: create→Running percentiles, the agents' memory and CPU.
     Pods(keelson_bench::PodsBenchArgs),
 }
@@ -94,6 +96,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Bench(BenchCmd::Store(args)) => rt.block_on(keelson_bench::run_store_bench(args)),
         Cmd::Bench(BenchCmd::Api(args)) => rt.block_on(keelson_bench::run_api_bench(args)),
         Cmd::Bench(BenchCmd::Scheduler(args)) => rt.block_on(keelson_bench::run_scheduler_bench(args)),
+        Cmd::Bench(BenchCmd::Controllers(args)) => rt.block_on(keelson_bench::run_controllers_bench(args)),
         Cmd::Bench(BenchCmd::Pods(args)) => rt.block_on(keelson_bench::run_pods_bench(args)),
         Cmd::Token(cmd) => rt.block_on(cli_admin::token(cmd)),
         Cmd::Certs(CertsCmd::Check(args)) => cli_admin::certs_check(args),

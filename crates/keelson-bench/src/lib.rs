@@ -10,12 +10,14 @@
 //! linearizable gets, serializable gets, over a pre-loaded key space.
 
 mod api;
+mod controllers;
 mod load;
 mod pods;
 mod report;
 mod scheduler;
 
 pub use api::{run_api_bench, ApiBenchArgs};
+pub use controllers::{run_controllers_bench, ControllersBenchArgs, ControllersReport};
 pub use load::{run_store_bench, StoreBenchArgs};
 pub use pods::{run_pods_bench, PodsBenchArgs, PodsReport};
 pub use report::{PhaseResult, SystemReport};

@@ -112,26 +112,30 @@ pub async fn run_scheduler_bench(args: SchedulerBenchArgs) -> anyhow::Result<()>
     Ok(())
 }
 
-async fn bench(args: &SchedulerBenchArgs, clients: &[kube::Client]) -> anyhow::Result<SchedulerReport> {
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let _stop = shutdown.clone().drop_guard();
-    let mut cfg = keelson_agent::hollow::HollowConfig::new("bench-node", args.nodes);
-    cfg.labels = |i| [("topology.kubernetes.io/zone".to_string(), format!("zone-{}", i % ZONES))].into();
+/// Registers hollow nodes (carrying label `label`) and serves them until `shutdown`;
+/// returns once every one is registered.
+pub(crate) async fn start_hollow_nodes(
+    client: &kube::Client,
+    cfg: keelson_agent::hollow::HollowConfig,
+    label: &str,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> anyhow::Result<tokio::task::JoinHandle<Result<(), keelson_agent::hollow::HollowError>>> {
     // Registration waits for the namespace machinery like any client.
     let deadline = Instant::now() + Duration::from_secs(60);
-    let nodes: Api<Node> = Api::all(clients[0].clone());
+    let nodes: Api<Node> = Api::all(client.clone());
     while nodes.list(&ListParams::default().limit(1)).await.is_err() {
         if Instant::now() > deadline {
             bail!("the API does not answer");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    eprintln!("bench: registering {} hollow nodes", args.nodes);
+    let count = cfg.count;
+    eprintln!("bench: registering {count} hollow nodes");
     let t = Instant::now();
-    let hollow = tokio::spawn(keelson_agent::hollow::run(clients[0].clone(), cfg, shutdown.clone()));
+    let hollow = tokio::spawn(keelson_agent::hollow::run(client.clone(), cfg, shutdown.clone()));
     loop {
-        let n = nodes.list(&ListParams::default().labels("topology.kubernetes.io/zone")).await.map(|l| l.items.len()).unwrap_or(0);
-        if n >= args.nodes {
+        let n = nodes.list(&ListParams::default().labels(label)).await.map(|l| l.items.len()).unwrap_or(0);
+        if n >= count {
             break;
         }
         if hollow.is_finished() {
@@ -139,7 +143,16 @@ async fn bench(args: &SchedulerBenchArgs, clients: &[kube::Client]) -> anyhow::R
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    eprintln!("bench: {} nodes registered in {:.1} s", args.nodes, t.elapsed().as_secs_f64());
+    eprintln!("bench: {count} nodes registered in {:.1} s", t.elapsed().as_secs_f64());
+    Ok(hollow)
+}
+
+async fn bench(args: &SchedulerBenchArgs, clients: &[kube::Client]) -> anyhow::Result<SchedulerReport> {
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let _stop = shutdown.clone().drop_guard();
+    let mut cfg = keelson_agent::hollow::HollowConfig::new("bench-node", args.nodes);
+    cfg.labels = |i| [("topology.kubernetes.io/zone".to_string(), format!("zone-{}", i % ZONES))].into();
+    let _hollow = start_hollow_nodes(&clients[0], cfg, "topology.kubernetes.io/zone", &shutdown).await?;
 
     // Bind times, from a watch started before the first create.
     let bound: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();

@@ -65,10 +65,14 @@ async fn sync(ctx: Arc<Ctx>, key: String) -> Result<Option<Duration>, SyncError>
                 Err(e) => return Err(SyncError::from_kube(e)),
             },
             Action::Scale { name: rs_name, replicas, revision, from } => {
-                let mut patch = json!({"spec": {"replicas": replicas}});
+                let (want, surge) = (d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1), reconcile::surge_and_unavailable(&d).0);
+                let mut annotations = serde_json::Map::new();
+                annotations.insert(reconcile::DESIRED_REPLICAS.into(), json!(want.to_string()));
+                annotations.insert(reconcile::MAX_REPLICAS.into(), json!((want + surge).to_string()));
                 if let Some(rev) = revision {
-                    patch["metadata"] = json!({"annotations": {REVISION: rev}});
+                    annotations.insert(REVISION.into(), json!(rev));
                 }
+                let patch = json!({"spec": {"replicas": replicas}, "metadata": {"annotations": annotations}});
                 sets.patch(rs_name, &PatchParams::default(), &Patch::Merge(patch)).await.map_err(SyncError::from_kube)?;
                 if replicas != from {
                     let way = if replicas > from { "up" } else { "down" };

@@ -12,6 +12,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 pub const HASH_LABEL: &str = "pod-template-hash";
 pub const REVISION: &str = "deployment.kubernetes.io/revision";
+/// The Deployment's replicas, and replicas + maxSurge, when a set was last sized.
+pub const DESIRED_REPLICAS: &str = "deployment.kubernetes.io/desired-replicas";
+pub const MAX_REPLICAS: &str = "deployment.kubernetes.io/max-replicas";
 
 /// One step of a sync.
 #[derive(Clone, Debug, PartialEq)]
@@ -151,6 +154,12 @@ pub fn reconcile(d: &Deployment, owned: &[&ReplicaSet], now: &str) -> Plan {
     let old_pods: i32 = olds.iter().map(|rs| status_of(rs).0).sum();
     let old_spec: i32 = olds.iter().map(|rs| spec_replicas(rs)).sum();
 
+    let proportional = if recreate { Vec::new() } else { scale_proportionally(d, owned, replicas, surge) };
+    if !proportional.is_empty() {
+        // A scaling event in mid-rollout: every active set grows or shrinks in proportion;
+        // the rollout goes on at the next sync.
+        actions = proportional;
+    } else {
     match new_rs {
         None if !paused => {
             // The first set gets everything; later ones start within the surge.
@@ -173,7 +182,9 @@ pub fn reconcile(d: &Deployment, owned: &[&ReplicaSet], now: &str) -> Plan {
                     name: Some(format!("{name}-{hash}")),
                     namespace: d.metadata.namespace.clone(),
                     labels: Some(labels),
-                    annotations: Some([(REVISION.to_string(), rev.clone())].into()),
+                    annotations: Some(
+                        [(REVISION.to_string(), rev.clone()), (DESIRED_REPLICAS.to_string(), replicas.to_string()), (MAX_REPLICAS.to_string(), (replicas + surge).to_string())].into(),
+                    ),
                     owner_references: Some(vec![crate::pods::controller_ref("apps/v1", "Deployment", &d.metadata)]),
                     ..Default::default()
                 },
@@ -212,6 +223,10 @@ pub fn reconcile(d: &Deployment, owned: &[&ReplicaSet], now: &str) -> Plan {
             }
         }
         _ => {}
+    }
+    }
+    if revision.is_none() {
+        revision = new_rs.map(|n| revision_of(n).to_string());
     }
 
     // History: old sets scaled to 0 beyond revisionHistoryLimit, oldest first.
@@ -268,6 +283,59 @@ pub fn reconcile(d: &Deployment, owned: &[&ReplicaSet], now: &str) -> Plan {
     };
     status.conditions = Some(vec![available_cond, progressing]);
     Plan { actions, status, revision }
+}
+
+fn annotation(rs: &ReplicaSet, key: &str) -> Option<i32> {
+    rs.metadata.annotations.as_ref()?.get(key)?.parse().ok()
+}
+
+/// Kubernetes' proportional scaling: when the Deployment's replicas changed while more
+/// than one set is active (a set's desired-replicas annotation differs), the sets share
+/// the new `replicas + maxSurge` in proportion to their sizes (each set's share computed
+/// against the max-replicas it was sized for, rounded), the remainder going to the
+/// largest set (newest first when growing, oldest first when shrinking).
+pub fn scale_proportionally(d: &Deployment, owned: &[&ReplicaSet], replicas: i32, surge: i32) -> Vec<Action> {
+    let mut active: Vec<&ReplicaSet> = owned.iter().copied().filter(|rs| spec_replicas(rs) > 0).collect();
+    if active.len() < 2 || !active.iter().any(|rs| annotation(rs, DESIRED_REPLICAS).is_some_and(|want| want != replicas)) {
+        return Vec::new();
+    }
+    let allowed = replicas + surge;
+    let total: i32 = active.iter().map(|rs| spec_replicas(rs)).sum();
+    let to_add = allowed - total;
+    if to_add == 0 {
+        return Vec::new();
+    }
+    // Larger sets first; among equals the newer when growing, the older when shrinking.
+    active.sort_by(|a, b| {
+        let by_size = spec_replicas(b).cmp(&spec_replicas(a));
+        let by_age = revision_of(b).cmp(&revision_of(a));
+        by_size.then(if to_add > 0 { by_age } else { by_age.reverse() })
+    });
+    let status_replicas = d.status.as_ref().map(|s| s.replicas.unwrap_or(0)).unwrap_or(0).max(1);
+    let mut added = 0;
+    let mut sizes: Vec<i32> = Vec::with_capacity(active.len());
+    for rs in &active {
+        let current = spec_replicas(rs);
+        let share = if replicas == 0 {
+            -current
+        } else {
+            let sized_for = annotation(rs, MAX_REPLICAS).unwrap_or(status_replicas).max(1);
+            ((current as f64 * allowed as f64) / sized_for as f64).round() as i32 - current
+        };
+        let left = to_add - added;
+        let share = if to_add > 0 { share.min(left).max(0) } else { share.max(left).min(0) };
+        sizes.push(current + share);
+        added += share;
+    }
+    if let Some(first) = sizes.first_mut() {
+        *first = (*first + to_add - added).max(0);
+    }
+    active
+        .iter()
+        .zip(sizes)
+        .filter(|(rs, size)| spec_replicas(rs) != *size || annotation(rs, DESIRED_REPLICAS) != Some(replicas))
+        .map(|(rs, size)| Action::Scale { name: rs.metadata.name.clone().unwrap_or_default(), replicas: size, revision: None, from: spec_replicas(rs) })
+        .collect()
 }
 
 /// Old sets scaled down: all of them for Recreate; for RollingUpdate their unavailable

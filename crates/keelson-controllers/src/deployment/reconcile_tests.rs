@@ -166,3 +166,43 @@ fn progress_deadline_exceeded_after_no_progress() {
     let later = reconcile(&d, &[&old, &new], "2026-01-01T00:02:00Z");
     assert_eq!(later.status.conditions.unwrap()[1].reason.as_deref(), Some("ProgressDeadlineExceeded"));
 }
+
+fn sized_for(mut rs: ReplicaSet, desired: i32, max: i32) -> ReplicaSet {
+    let a = rs.metadata.annotations.get_or_insert_with(Default::default);
+    a.insert(DESIRED_REPLICAS.into(), desired.to_string());
+    a.insert(MAX_REPLICAS.into(), max.to_string());
+    rs
+}
+
+#[test]
+fn scaling_in_mid_rollout_grows_every_active_set_in_proportion() {
+    // 10 replicas (surge 3) rolling from app:1 to app:2: 8 old, 5 new; then scaled to 20.
+    let d10 = deployment(10, "app:2", json!({}));
+    let old = sized_for(rs_for(&d10, "app:1", 1, 8, 8), 10, 13);
+    let new = sized_for(rs_for(&d10, "app:2", 2, 5, 0), 10, 13);
+    let d20 = deployment(20, "app:2", json!({}));
+    let plan = reconcile(&d20, &[&old, &new], NOW);
+    let mut got = scales(&plan);
+    got.sort();
+    let mut want = vec![(old.metadata.name.clone().unwrap(), 15), (new.metadata.name.clone().unwrap(), 10)];
+    want.sort();
+    assert_eq!(got, want, "25 = 20 + surge 5, shared 15/10 as 8/5 were of 13");
+    assert!(!plan.actions.iter().any(|a| matches!(a, Action::Create(_))));
+}
+
+#[test]
+fn scaling_down_in_mid_rollout_shrinks_in_proportion_and_a_settled_rollout_is_not_a_scaling_event() {
+    let d10 = deployment(10, "app:2", json!({}));
+    let old = sized_for(rs_for(&d10, "app:1", 1, 8, 8), 10, 13);
+    let new = sized_for(rs_for(&d10, "app:2", 2, 5, 0), 10, 13);
+    let d5 = deployment(5, "app:2", json!({}));
+    let plan = reconcile(&d5, &[&old, &new], NOW);
+    let total: i32 = scales(&plan).iter().map(|(_, r)| r).sum();
+    assert_eq!(total, 7, "5 + surge 2 in all");
+    assert!(scales(&plan).iter().all(|(_, r)| *r > 0), "both sets keep a share: {:?}", scales(&plan));
+    // Annotations matching the Deployment: the ordinary rollout runs instead.
+    assert!(scale_proportionally(&d10, &[&old, &new], 10, 3).is_empty());
+    // One active set: never proportional.
+    let only = sized_for(rs_for(&d10, "app:2", 2, 10, 10), 10, 13);
+    assert!(scale_proportionally(&d5, &[&only], 5, 2).is_empty());
+}
