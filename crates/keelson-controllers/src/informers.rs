@@ -143,6 +143,7 @@ pub async fn run_controllers(term: Leadership) {
                 crate::deployment::run(ctx.clone(), deployment_rx),
                 crate::garbage::run(ctx.clone()),
                 crate::workloads::run(term.clone()),
+                crate::services::run(term.clone()),
             );
         } => {}
     }

@@ -7,11 +7,14 @@
 //! reflector per resource for all controllers, feeding their [`work`] queues),
 //! [`expectations`], [`pods`] and [`selector`]. The [`garbage`] collector handles the
 //! ownerReferences of the objects these controllers make. The workload controllers
-//! ([`job`], …) have their own reflectors and queues (`workloads`).
+//! ([`job`], …) have their own reflectors and queues (`workloads`), and so do the service
+//! controllers ([`endpointslice`], [`endpoints`]: `services`).
 
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
+pub mod endpoints;
+pub mod endpointslice;
 pub mod expectations;
 pub mod garbage;
 mod informers;
@@ -20,6 +23,7 @@ pub mod pods;
 pub mod replicaset;
 pub mod revisions;
 pub mod selector;
+mod services;
 pub mod statefulset;
 pub mod work;
 mod workloads;
