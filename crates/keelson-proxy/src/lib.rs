@@ -1,0 +1,128 @@
+//! The service proxy of a node (kube-proxy's nftables mode): Services and EndpointSlices
+//! from reflectors, rendered as one table by the pure [`render::render`], applied with
+//! `nft -f -` in one transaction whenever the rendered text changes; bursts of changes
+//! are coalesced into one sync. The table (`ip keelson-proxy`) is the only one it
+//! touches, and it is removed when the proxy stops.
+
+pub mod nft;
+pub mod render;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, watcher};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+pub use render::NodeInfo;
+
+/// How a proxy runs.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    pub node: NodeInfo,
+    /// Changes arriving within this window after the first are synced together.
+    pub coalesce: Duration,
+}
+
+/// The proxy stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The table could not be removed at shutdown.
+    #[error("removing the proxy's table: {0}")]
+    Cleanup(#[source] nft::NftError),
+}
+
+fn reflect<K>(api: Api<K>, changed: Arc<Notify>) -> (Store<K>, tokio::task::JoinHandle<()>)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()));
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => changed.notify_one(),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "proxy watch; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    });
+    (store, task)
+}
+
+/// Renders what the stores hold now.
+fn current(services: &Store<Service>, slices: &Store<EndpointSlice>, node: &NodeInfo) -> String {
+    let svcs = services.state();
+    let sls = slices.state();
+    let svcs: Vec<&Service> = svcs.iter().map(|s| s.as_ref()).collect();
+    let sls: Vec<&EndpointSlice> = sls.iter().map(|s| s.as_ref()).collect();
+    render::render(&svcs, &sls, node)
+}
+
+/// Runs the proxy until `shutdown`, then removes its table.
+pub async fn run(client: kube::Client, cfg: ProxyConfig, shutdown: CancellationToken) -> Result<(), ProxyError> {
+    let changed = Arc::new(Notify::new());
+    let (services, svc_task) = reflect(Api::<Service>::all(client.clone()), changed.clone());
+    let (slices, slice_task) = reflect(Api::<EndpointSlice>::all(client), changed.clone());
+    let ready = async {
+        let _ = services.wait_until_ready().await;
+        let _ = slices.wait_until_ready().await;
+    };
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = ready => {}
+    }
+    let mut applied: Option<String> = None;
+    while !shutdown.is_cancelled() {
+        if applied.is_some() {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = changed.notified() => {}
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(cfg.coalesce) => {}
+            }
+        }
+        let span = tracing::info_span!("proxy-sync", node = %cfg.node.name);
+        let _enter = span.enter();
+        let started = Instant::now();
+        let table = current(&services, &slices, &cfg.node);
+        let rendered = started.elapsed();
+        if applied.as_deref() == Some(table.as_str()) {
+            continue;
+        }
+        drop(_enter);
+        match nft::apply(&render::replace_script(&table)).await {
+            Ok(()) => {
+                tracing::info!(node = %cfg.node.name, render_us = rendered.as_micros() as u64, sync_ms = started.elapsed().as_millis() as u64, bytes = table.len(), "service rules synced");
+                applied = Some(table);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "service rules not applied; retrying");
+                changed.notify_one();
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+                // A first failure leaves `applied` unset: keep retrying without waiting
+                // for a change.
+                if applied.is_none() {
+                    continue;
+                }
+            }
+        }
+    }
+    svc_task.abort();
+    slice_task.abort();
+    nft::apply(&render::delete_script()).await.map_err(ProxyError::Cleanup)
+}
