@@ -8,7 +8,7 @@
 //! [`expectations`], [`pods`] and [`selector`]. The [`garbage`] collector handles the
 //! ownerReferences of the objects these controllers make. The workload controllers
 //! ([`job`], …) have their own reflectors and queues (`workloads`), and so do the service
-//! controllers ([`endpointslice`], [`endpoints`]: `services`).
+//! controllers ([`endpointslice`], [`endpoints`], [`servicelb`]: `services`).
 
 pub mod cronjob;
 pub mod daemonset;
@@ -23,6 +23,7 @@ pub mod pods;
 pub mod replicaset;
 pub mod revisions;
 pub mod selector;
+pub mod servicelb;
 mod services;
 pub mod statefulset;
 pub mod work;

@@ -1,4 +1,5 @@
-//! The reflectors and work queues of the service controllers (EndpointSlice, Endpoints),
+//! The reflectors and work queues of the service controllers (EndpointSlice, Endpoints,
+//! the built-in service load balancer),
 //! apart from the workload ones: a Service goes to itself, a pod to every Service of its
 //! namespace, a slice or Endpoints object to the Service it is named for, a Node to
 //! every Service (zones). One term runs them until it ends.
@@ -31,6 +32,7 @@ pub struct ServiceCtx {
     pub endpoints: Store<Endpoints>,
     pub slice_queue: WorkQueue,
     pub endpoints_queue: WorkQueue,
+    pub lb_queue: WorkQueue,
     pub slice_events: EventRecorder,
 }
 
@@ -88,9 +90,13 @@ pub async fn run(term: Leadership) {
     let client = term.client.clone();
     let (slice_queue, slice_rx) = work_queue();
     let (endpoints_queue, endpoints_rx) = work_queue();
+    let (lb_queue, lb_rx) = work_queue();
     let (services, service_task) = {
-        let (sq, eq) = (slice_queue.clone(), endpoints_queue.clone());
-        reflect(Api::<Service>::all(client.clone()), &term, move |s: &Service| both(&sq, &eq, &key_of(s)))
+        let (sq, eq, lq) = (slice_queue.clone(), endpoints_queue.clone(), lb_queue.clone());
+        reflect(Api::<Service>::all(client.clone()), &term, move |s: &Service| {
+            both(&sq, &eq, &key_of(s));
+            lq.add(&key_of(s));
+        })
     };
     let (pods, pod_task) = {
         let (sq, eq) = (slice_queue.clone(), endpoints_queue.clone());
@@ -103,19 +109,22 @@ pub async fn run(term: Leadership) {
         })
     };
     let (nodes, node_task) = {
-        let sq = slice_queue.clone();
+        let (sq, lq) = (slice_queue.clone(), lb_queue.clone());
         let svcs = services.clone();
         reflect(Api::<Node>::all(client.clone()), &term, move |_: &Node| {
             for s in svcs.state() {
                 sq.add(&key_of(s.as_ref()));
+                lq.add(&key_of(s.as_ref()));
             }
         })
     };
     let (slices, slice_task) = {
-        let sq = slice_queue.clone();
+        let (sq, lq) = (slice_queue.clone(), lb_queue.clone());
         reflect(Api::<EndpointSlice>::all(client.clone()), &term, move |s: &EndpointSlice| {
             if let Some(svc) = s.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) {
-                sq.add(&format!("{}/{svc}", s.metadata.namespace.as_deref().unwrap_or("default")));
+                let key = format!("{}/{svc}", s.metadata.namespace.as_deref().unwrap_or("default"));
+                sq.add(&key);
+                lq.add(&key);
             }
         })
     };
@@ -133,6 +142,7 @@ pub async fn run(term: Leadership) {
         endpoints,
         slice_queue,
         endpoints_queue,
+        lb_queue,
     });
     let ready = async {
         let _ = ctx.services.wait_until_ready().await;
@@ -149,6 +159,7 @@ pub async fn run(term: Leadership) {
             tokio::join!(
                 work(&ctx, slice_rx, ctx.slice_queue.clone(), "endpointslice", crate::endpointslice::sync),
                 work(&ctx, endpoints_rx, ctx.endpoints_queue.clone(), "endpoints", crate::endpoints::sync),
+                work(&ctx, lb_rx, ctx.lb_queue.clone(), "servicelb", crate::servicelb::sync),
                 ensure_kube_dns(&ctx),
             );
         } => {}
