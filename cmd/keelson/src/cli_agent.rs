@@ -46,8 +46,9 @@ pub struct AgentArgs {
     /// Port of the kubelet API (logs) on the node's address; 0 picks a free one.
     #[arg(long, default_value_t = keelson_agent::kubelet_api::KUBELET_PORT)]
     kubelet_port: u16,
-    /// Cluster DNS servers given to pods.
-    #[arg(long = "cluster-dns")]
+    /// Cluster DNS servers given to ClusterFirst pods (the kube-dns Service, which the
+    /// node's proxy sends to the node's own DNS server).
+    #[arg(long = "cluster-dns", default_value = "10.43.0.10")]
     cluster_dns: Vec<String>,
     /// Node status and Lease renewal period.
     #[arg(long, default_value = "10s", value_parser = humantime_secs)]
