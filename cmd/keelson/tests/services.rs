@@ -158,6 +158,14 @@ async fn services_reach_pods_by_name_cluster_ip_and_node_port() {
     }
     assert_eq!(seen, rest, "the NodePort avoids the unready backend too");
 
+    // The proxy's syncs as the agent logged them (render and whole-table apply).
+    let agent_log = std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
+    let syncs: Vec<&str> = agent_log.lines().filter(|l| l.contains("service rules synced")).collect();
+    assert!(!syncs.is_empty(), "the proxy synced");
+    for l in syncs.iter().rev().take(3) {
+        eprintln!("proxy: {}", l.split("service rules synced").last().unwrap_or(""));
+    }
+
     // Cleanup: the namespace's objects, then the processes and the node namespace on drop.
     let _ = deployments.delete("web", &Default::default()).await;
     let _ = pods.delete("client", &Default::default()).await;
