@@ -2,11 +2,13 @@
 //! from reflectors, rendered as one table by the pure [`render::render`], applied with
 //! `nft -f -` in one transaction whenever the rendered text changes; bursts of changes
 //! are coalesced into one sync. The table (`ip keelson-proxy`) is the only one it
-//! touches, and it is removed when the proxy stops.
+//! touches, and it is removed when the proxy stops. After a sync, the conntrack entries
+//! of UDP flows to endpoints the rules no longer allow are flushed.
 
 pub mod nft;
 pub mod render;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -59,13 +61,13 @@ where
     (store, task)
 }
 
-/// Renders what the stores hold now.
-fn current(services: &Store<Service>, slices: &Store<EndpointSlice>, node: &NodeInfo) -> String {
+/// Renders what the stores hold now, with the UDP flows the rules allow.
+fn current(services: &Store<Service>, slices: &Store<EndpointSlice>, node: &NodeInfo) -> (String, BTreeSet<render::UdpFlow>) {
     let svcs = services.state();
     let sls = slices.state();
     let svcs: Vec<&Service> = svcs.iter().map(|s| s.as_ref()).collect();
     let sls: Vec<&EndpointSlice> = sls.iter().map(|s| s.as_ref()).collect();
-    render::render(&svcs, &sls, node)
+    (render::render(&svcs, &sls, node), render::udp_flows(&svcs, &sls, node))
 }
 
 /// Runs the proxy until `shutdown`, then removes its table.
@@ -82,6 +84,8 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, shutdown: CancellationT
         _ = ready => {}
     }
     let mut applied: Option<String> = None;
+    let mut flows: BTreeSet<render::UdpFlow> = BTreeSet::new();
+    let mut conntrack_missing = false;
     while !shutdown.is_cancelled() {
         if applied.is_some() {
             tokio::select! {
@@ -96,7 +100,7 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, shutdown: CancellationT
         let span = tracing::info_span!("proxy-sync", node = %cfg.node.name);
         let _enter = span.enter();
         let started = Instant::now();
-        let table = current(&services, &slices, &cfg.node);
+        let (table, new_flows) = current(&services, &slices, &cfg.node);
         let rendered = started.elapsed();
         if applied.as_deref() == Some(table.as_str()) {
             continue;
@@ -106,6 +110,13 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, shutdown: CancellationT
             Ok(()) => {
                 tracing::info!(node = %cfg.node.name, render_us = rendered.as_micros() as u64, sync_ms = started.elapsed().as_millis() as u64, bytes = table.len(), "service rules synced");
                 applied = Some(table);
+                for (vip, port, ep) in flows.difference(&new_flows) {
+                    if !nft::flush_udp(*vip, *port, *ep).await && !conntrack_missing {
+                        conntrack_missing = true;
+                        tracing::warn!("conntrack is missing: UDP flows to removed endpoints are not flushed");
+                    }
+                }
+                flows = new_flows;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "service rules not applied; retrying");

@@ -37,3 +37,15 @@ pub async fn apply(script: &str) -> Result<(), NftError> {
         Err(NftError::Refused(String::from_utf8_lossy(&out.stderr).trim().to_string()))
     }
 }
+
+/// Removes the conntrack entries of UDP flows to `endpoint` through `vip:port` (the
+/// `conntrack` tool; "no entries" is success). Returns whether the tool ran.
+pub async fn flush_udp(vip: std::net::Ipv4Addr, port: u16, endpoint: std::net::Ipv4Addr) -> bool {
+    let status = tokio::process::Command::new("conntrack")
+        .args(["-D", "-p", "udp", "--orig-dst", &vip.to_string(), "--orig-port-dst", &port.to_string(), "--reply-src", &endpoint.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .await;
+    status.is_ok()
+}

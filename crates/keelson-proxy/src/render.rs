@@ -243,6 +243,30 @@ fn render_port(r: &mut Rendered, svc: &Service, port: &ServicePort, slices: &[&E
     }
 }
 
+/// A UDP flow a Service port may have sent to an endpoint: (virtual IP, port, endpoint IP).
+pub type UdpFlow = (Ipv4Addr, u16, Ipv4Addr);
+
+/// The UDP flows the rules allow: every ClusterIP, external and ingress IP of a UDP
+/// Service port paired with each endpoint it may reach. Those that disappear between two
+/// syncs have their conntrack entries flushed, or a UDP client would keep talking to a gone
+/// endpoint (conntrack keeps UDP "connections" while packets flow).
+pub fn udp_flows(services: &[&Service], slices: &[&EndpointSlice], node: &NodeInfo) -> BTreeSet<UdpFlow> {
+    let mut out = BTreeSet::new();
+    for svc in services.iter().copied().filter(|s| proxied(s)) {
+        let Some(spec) = svc.spec.as_ref() else { continue };
+        let mut ips: Vec<Ipv4Addr> = spec.cluster_ips.iter().flatten().chain(spec.cluster_ip.iter()).chain(spec.external_ips.iter().flatten()).filter_map(|ip| ip.parse().ok()).collect();
+        let ingress = svc.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|l| l.ingress.as_ref());
+        ips.extend(ingress.iter().flat_map(|i| i.iter()).filter_map(|i| i.ip.as_deref()?.parse::<Ipv4Addr>().ok()));
+        for port in spec.ports.iter().flatten().filter(|p| proto(p) == "UDP") {
+            let Ok(number) = u16::try_from(port.port) else { continue };
+            for t in targets(svc, port, slices, &node.name) {
+                out.extend(ips.iter().map(|ip| (*ip, number, t.ip)));
+            }
+        }
+    }
+    out
+}
+
 /// Whether the proxy serves this Service at all (ExternalName and headless Services have
 /// no virtual IP to rewrite).
 pub fn proxied(svc: &Service) -> bool {

@@ -177,3 +177,13 @@ fn kube_dns_goes_to_the_nodes_own_dns_server() {
     assert!(chain(&t, "ep-kube-system/kube-dns/udp/53/192.168.5.2/53").contains("meta l4proto udp dnat to 192.168.5.2:53"));
     assert!(chain(&t, "ep-kube-system/kube-dns/tcp/53/192.168.5.2/53").contains("meta l4proto tcp dnat to 192.168.5.2:53"));
 }
+
+#[test]
+fn udp_flows_pair_virtual_ips_with_endpoints() {
+    let dns = svc("dns", json!({"ports": [{"name": "dns", "port": 53, "protocol": "UDP"}, {"name": "http", "port": 80, "protocol": "TCP"}]}));
+    let mut sl = slice("dns", &[("10.42.1.2", "n1", true, true, false), ("10.42.1.3", "n1", false, false, false)]);
+    sl.ports = Some(vec![k8s_openapi::api::discovery::v1::EndpointPort { name: Some("dns".into()), port: Some(53), protocol: Some("UDP".into()), app_protocol: None }]);
+    let flows = udp_flows(&[&dns], &[&sl], &node());
+    let want: BTreeSet<UdpFlow> = [("10.43.0.5".parse().unwrap(), 53, "10.42.1.2".parse().unwrap())].into();
+    assert_eq!(flows, want, "only UDP ports, only usable endpoints");
+}
