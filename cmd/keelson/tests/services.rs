@@ -4,7 +4,8 @@
 //! NodePort Service; a client pod resolves the Service by its full and short names and
 //! reaches all three backends; a backend made unready by its readiness probe stops
 //! getting traffic; the NodePort answers from the host side of the node's veth; a
-//! LoadBalancer Service gets the node's address; kube-dns resolves from inside pods.
+//! LoadBalancer Service gets the node's address; a headless Service's pod with hostname
+//! and subdomain resolves as `<pod>.<svc>`.
 //! Everything is removed at the end (processes, containers, namespace, veth; the table
 //! goes with the agent and its namespace).
 
@@ -158,6 +159,25 @@ async fn services_reach_pods_by_name_cluster_ip_and_node_port() {
     }
     assert_eq!(seen, rest, "the NodePort avoids the unready backend too");
 
+    // A headless Service's pod with hostname and subdomain resolves by its own name.
+    services.create(&pp, &serde_json::from_value(json!({
+        "metadata": {"name": "db"}, "spec": {"clusterIP": "None", "selector": {"app": "db"}, "ports": [{"name": "http", "port": 80}]}
+    })).unwrap()).await.unwrap();
+    pods.create(&pp, &serde_json::from_value(json!({
+        "metadata": {"name": "db-0", "labels": {"app": "db"}},
+        "spec": {"hostname": "db-0", "subdomain": "db", "terminationGracePeriodSeconds": 1, "containers": [{"name": "httpd", "image": IMG,
+            "command": ["sh", "-c", "mkdir -p /www && echo db-zero > /www/index.html && exec httpd -f -p 80 -h /www"]}]}
+    })).unwrap()).await.unwrap();
+    pods.create(&pp, &serde_json::from_value(json!({
+        "metadata": {"name": "db-client"},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": IMG, "command": ["sh", "-c",
+            "while true; do echo \"db $(wget -q -O - http://db-0.db/ 2>&1)\"; sleep 0.5; done"]}]}
+    })).unwrap()).await.unwrap();
+    poll("db-0.db resolving to the headless Service's pod", Duration::from_secs(60), || async {
+        pods.logs("db-client", &LogParams::default()).await.ok().filter(|l| l.contains("db db-zero")).map(|_| ())
+    })
+    .await;
+
     // The proxy's syncs as the agent logged them (render and whole-table apply).
     let agent_log = std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
     let syncs: Vec<&str> = agent_log.lines().filter(|l| l.contains("service rules synced")).collect();
@@ -168,8 +188,10 @@ async fn services_reach_pods_by_name_cluster_ip_and_node_port() {
 
     // Cleanup: the namespace's objects, then the processes and the node namespace on drop.
     let _ = deployments.delete("web", &Default::default()).await;
-    let _ = pods.delete("client", &Default::default()).await;
-    for s in ["web", "web-lb"] {
+    for p in ["client", "db-0", "db-client"] {
+        let _ = pods.delete(p, &Default::default()).await;
+    }
+    for s in ["web", "web-lb", "db"] {
         let _ = services.delete(s, &Default::default()).await;
     }
 }
