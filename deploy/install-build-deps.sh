@@ -18,6 +18,8 @@ command -v runc >/dev/null 2>&1 || optional+=(runc)
 [ -x /usr/lib/cni/bridge ] || optional+=(containernetworking-plugins)
 [ -x /bin/busybox ] || optional+=(busybox-static)
 command -v curl >/dev/null 2>&1 || optional+=(curl)
+# The service proxy flushes the conntrack entries of removed UDP endpoints.
+command -v conntrack >/dev/null 2>&1 || optional+=(conntrack)
 for extra in "$@"; do
   dpkg -s "$extra" >/dev/null 2>&1 || need+=("$extra")
 done

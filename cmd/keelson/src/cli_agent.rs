@@ -43,11 +43,16 @@ pub struct AgentArgs {
     busybox: PathBuf,
     #[arg(long, default_value_t = 110)]
     max_pods: u32,
+    /// Hard eviction thresholds for the pressure conditions, as the kubelet's
+    /// (`nodefs.available<0%` turns disk pressure off).
+    #[arg(long, default_value = "memory.available<100Mi,nodefs.available<10%")]
+    eviction_hard: keelson_agent::agent::machine::EvictionThresholds,
     /// Port of the kubelet API (logs) on the node's address; 0 picks a free one.
     #[arg(long, default_value_t = keelson_agent::kubelet_api::KUBELET_PORT)]
     kubelet_port: u16,
-    /// Cluster DNS servers given to pods.
-    #[arg(long = "cluster-dns")]
+    /// Cluster DNS servers given to ClusterFirst pods (the kube-dns Service, which the
+    /// node's proxy sends to the node's own DNS server).
+    #[arg(long = "cluster-dns", default_value = "10.43.0.10")]
     cluster_dns: Vec<String>,
     /// Node status and Lease renewal period.
     #[arg(long, default_value = "10s", value_parser = humantime_secs)]
@@ -168,6 +173,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         with_portmap: Path::new("/usr/lib/cni/portmap").exists() && which("iptables"),
         kubelet_port: args.kubelet_port,
         ca_pem: ca.clone(),
+        eviction: args.eviction_hard.clone(),
     };
     eprintln!("node {name} ({node_ip}) running; Ctrl-C stops the agent{}", if args.stop_pods_on_exit { " and its pods" } else { " (pods keep running)" });
     let result = keelson_agent::agent::run(client, runtime, cfg, shutdown).await;

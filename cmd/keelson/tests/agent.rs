@@ -9,145 +9,20 @@
 //! command installs them as root; CI runs as root). Skipped loudly otherwise.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
 use keelson_agent::runtime::Runtime;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn missing_tools() -> Vec<&'static str> {
-    ["/usr/bin/containerd", "/usr/bin/ctr", "/usr/sbin/runc", "/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/bin/busybox", "/usr/bin/nsenter", "/usr/bin/curl"]
-        .into_iter()
-        .filter(|p| !Path::new(p).exists())
-        .collect()
-}
-
-fn sh(args: &[&str]) -> std::process::Output {
-    Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
-fn ok(args: &[&str]) {
-    let o = sh(args);
-    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
-}
-
-/// A network namespace for the node and a veth to the host, removed on drop.
-struct NodeNet {
-    ns: String,
-    host_if: String,
-    host_ip: String,
-    node_ip: String,
-}
-
-impl NodeNet {
-    fn create() -> Self {
-        let id = std::process::id() % 200 + 20;
-        let ns = format!("kagent-{}", std::process::id());
-        let host_if = format!("kag{}h", std::process::id() % 100_000);
-        let (host_ip, node_ip) = (format!("10.215.{id}.1"), format!("10.215.{id}.2"));
-        let _ = sh(&["ip", "netns", "del", &ns]);
-        let _ = sh(&["ip", "link", "del", &host_if]);
-        ok(&["ip", "netns", "add", &ns]);
-        let net = NodeNet { ns: ns.clone(), host_if: host_if.clone(), host_ip: host_ip.clone(), node_ip: node_ip.clone() };
-        ok(&["ip", "link", "add", &host_if, "type", "veth", "peer", "name", "eth0", "netns", &ns]);
-        ok(&["ip", "addr", "add", &format!("{host_ip}/30"), "dev", &host_if]);
-        ok(&["ip", "link", "set", &host_if, "up"]);
-        ok(&["ip", "-n", &ns, "addr", "add", &format!("{node_ip}/30"), "dev", "eth0"]);
-        ok(&["ip", "-n", &ns, "link", "set", "eth0", "up"]);
-        ok(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
-        ok(&["ip", "-n", &ns, "route", "add", "default", "via", &host_ip]);
-        net
-    }
-
-    fn netns_path(&self) -> String {
-        format!("--net=/run/netns/{}", self.ns)
-    }
-
-    /// `curl` from inside the node.
-    fn curl(&self, url: &str) -> String {
-        let o = sh(&["nsenter", &self.netns_path(), "curl", "-s", "-m", "3", url]);
-        String::from_utf8_lossy(&o.stdout).to_string()
-    }
-}
-
-impl Drop for NodeNet {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "link", "del", &self.host_if]);
-        let _ = sh(&["ip", "netns", "del", &self.ns]);
-    }
-}
-
-struct Proc(Child);
-
-impl Proc {
-    fn terminate(&mut self, wait: Duration) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let deadline = std::time::Instant::now() + wait;
-        while std::time::Instant::now() < deadline {
-            if self.0.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_none() {
-            self.terminate(Duration::from_secs(40));
-        }
-    }
-}
-
-fn keelson() -> &'static str {
-    env!("CARGO_BIN_EXE_keelson")
-}
-
-fn free_port() -> u16 {
-    keelson_runner::free_loopback_port().unwrap()
-}
+mod node_support;
+use node_support::{is_root, missing_tools, node_ready, poll, sh, start_server, NodeNet, Proc};
 
 fn start_agent(net: &NodeNet, dir: &Path, server: &str, token: &str, log: &str) -> Proc {
-    let log = std::fs::File::create(dir.join(log)).unwrap();
-    let child = Command::new("nsenter")
-        .arg(net.netns_path())
-        .arg(keelson())
-        .args(["agent", "--server", server, "--token", token, "--name", "n1", "--pod-cidr", "10.42.7.0/24", "--heartbeat", "2s", "--stop-pods-on-exit"])
-        .arg("--data-dir")
-        .arg(dir.join("n1"))
-        .env("KEELSON_LOG", "info,keelson_agent=debug")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(log))
-        .spawn()
-        .unwrap();
-    Proc(child)
-}
-
-async fn poll<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    node_support::start_agent(net, dir, server, token, "n1", "10.42.7.0/24", log)
 }
 
 async fn pod_where(pods: &Api<Pod>, name: &str, what: &str, pred: impl Fn(&Pod) -> bool) -> Pod {
@@ -190,38 +65,13 @@ async fn agent_runs_pods_in_real_containers() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let tmp = tempfile::tempdir().unwrap();
     let dir: PathBuf = tmp.path().to_path_buf();
-    let net = NodeNet::create();
-    let api = format!("{}:{}", net.host_ip, free_port());
-    let log = std::fs::File::create(dir.join("server.log")).unwrap();
-    let _server = Proc(
-        Command::new(keelson())
-            .args(["server", "--cluster-init", "--name", "s1", "--listen", &format!("127.0.0.1:{}", free_port()), "--api-listen", &api])
-            .arg("--data-dir")
-            .arg(dir.join("s1"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .unwrap(),
-    );
-    let kubeconfig = dir.join("s1/pki/admin.kubeconfig");
-    poll("the admin kubeconfig", Duration::from_secs(60), || async { kubeconfig.exists().then_some(()) }).await;
-    let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
-    let client = kube::Client::try_from(kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap()).unwrap();
-    let nodes: Api<Node> = Api::all(client.clone());
-    poll("the API", Duration::from_secs(60), || async { nodes.list(&ListParams::default()).await.ok() }).await;
-    let token = Command::new(keelson()).args(["token", "create", "--usage", "node", "--kubeconfig"]).arg(&kubeconfig).output().unwrap();
-    assert!(token.status.success(), "{}", String::from_utf8_lossy(&token.stderr));
-    let token = String::from_utf8(token.stdout).unwrap().trim().lines().last().unwrap().to_string();
-    let server = format!("https://{api}");
+    let net = NodeNet::create(0);
+    let cluster = start_server(&net, &dir).await;
+    let (_server, client, token, server, kubeconfig) = (cluster.proc, cluster.client, cluster.token, cluster.url, cluster.kubeconfig);
     let mut agent = start_agent(&net, &dir, &server, &token, "agent-1.log");
 
     // The Node registers, Ready, with the machine's facts and the built-in images.
-    let node = poll("node n1 Ready", Duration::from_secs(60), || async {
-        let n = nodes.get_opt("n1").await.ok().flatten()?;
-        let st = n.status.as_ref()?;
-        st.conditions.as_ref()?.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(n)
-    })
-    .await;
+    let node = node_ready(&client, "n1").await;
     let st = node.status.unwrap();
     let info = st.node_info.unwrap();
     assert!(info.container_runtime_version.starts_with("containerd://"), "{}", info.container_runtime_version);

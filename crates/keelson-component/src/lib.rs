@@ -13,7 +13,9 @@
 //!   components report them;
 //! - [`denied`]: a denied request is logged and recorded as an Event, never retried
 //!   under another identity;
-//! - [`discovery`]: learning the other servers' API addresses from their identity Leases.
+//! - [`discovery`]: learning the other servers' API addresses from their identity Leases;
+//! - [`mirror`]: a reflector that pings one notifier per change (node components that
+//!   rebuild a whole view).
 
 pub mod balancer;
 pub mod client;
@@ -24,6 +26,7 @@ pub mod election;
 pub mod events;
 pub mod fence;
 pub mod metrics;
+pub mod mirror;
 
 pub use balancer::{ApiBalancer, HealthTimings};
 pub use component::run_elected;

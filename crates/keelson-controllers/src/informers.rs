@@ -144,6 +144,7 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
                 crate::garbage::run(ctx.clone()),
                 crate::workloads::run(term.clone()),
                 crate::node_informers::run(term.clone(), ctx.pods.clone(), config),
+                crate::services::run(term.clone()),
             );
         } => {}
     }
@@ -153,16 +154,29 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
     tracing::info!("controller manager inactive");
 }
 
+/// What a worker needs of its controllers' shared state: the term it works in.
+pub trait TermContext: Send + Sync + 'static {
+    fn term(&self) -> &Leadership;
+}
+
+impl TermContext for Ctx {
+    fn term(&self) -> &Leadership {
+        &self.term
+    }
+}
+
 /// The shared worker loop: syncs keys until the term ends; a fenced write ends the term,
-/// other failures retry the key after `retry`.
-pub async fn work<F, Fut>(ctx: &Arc<Ctx>, mut rx: crate::work::WorkReceiver, queue: &WorkQueue, name: &'static str, sync: F)
+/// other failures retry the key a second later.
+pub async fn work<C, F, Fut>(ctx: &Arc<C>, mut rx: crate::work::WorkReceiver, queue: &WorkQueue, name: &'static str, sync: F)
 where
-    F: Fn(Arc<Ctx>, String) -> Fut,
+    C: TermContext,
+    F: Fn(Arc<C>, String) -> Fut,
     Fut: std::future::Future<Output = Result<Option<Duration>, SyncError>>,
 {
+    let term = ctx.term();
     loop {
         let key = tokio::select! {
-            _ = ctx.term.ended.cancelled() => return,
+            _ = term.ended.cancelled() => return,
             k = rx.next() => match k { Some(k) => k, None => return },
         };
         let span = tracing::info_span!("reconcile", controller = name, object = %key);
@@ -171,15 +185,11 @@ where
             Ok(None) => {}
             Err(SyncError::Fenced) => {
                 tracing::warn!(controller = name, "a write was fenced; stepping down");
-                ctx.term.step_down();
+                term.step_down();
                 return;
             }
-            Err(e) => {
-                let denied = match &e {
-                    SyncError::Api(api) => ctx.term.denials.check(api).await,
-                    SyncError::Fenced => false,
-                };
-                if !denied {
+            Err(SyncError::Api(e)) => {
+                if !term.denials.check(&e).await {
                     tracing::info!(controller = name, object = %key, error = %e, "sync failed; retrying");
                 }
                 queue.add_after(&key, Duration::from_secs(1));

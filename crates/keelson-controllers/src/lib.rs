@@ -7,7 +7,8 @@
 //! reflector per resource for all controllers, feeding their [`work`] queues),
 //! [`expectations`], [`pods`] and [`selector`]. The [`garbage`] collector handles the
 //! ownerReferences of the objects these controllers make. The workload controllers
-//! ([`job`], …) have their own reflectors and queues (`workloads`).
+//! ([`job`], …) have their own reflectors and queues (`workloads`), and so do the service
+//! controllers ([`endpointslice`], [`endpoints`], [`servicelb`]: `services`).
 //!
 //! The node controllers ([`nodeipam`], [`nodelifecycle`], [`tainteviction`]) share the
 //! Node and node-Lease reflectors of `node_informers` and the pod reflector above; their
@@ -16,6 +17,8 @@
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
+pub mod endpoints;
+pub mod endpointslice;
 pub mod expectations;
 pub mod garbage;
 mod informers;
@@ -27,6 +30,8 @@ pub mod pods;
 pub mod replicaset;
 pub mod revisions;
 pub mod selector;
+pub mod servicelb;
+mod services;
 pub mod statefulset;
 pub mod tainteviction;
 pub mod work;

@@ -7,15 +7,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use keelson_component::events::EventRecorder;
 use keelson_component::Leadership;
 use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher::{self, watcher};
+use kube::runtime::reflector::Store;
 use kube::Resource;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -24,7 +22,7 @@ use crate::expectations::Expectations;
 use crate::garbage::reconcile::WORKLOAD_OWNER_KINDS;
 use crate::informers::{key_of, SyncError};
 use crate::pods::controller_of;
-use crate::work::{work_queue, WorkQueue, WorkReceiver};
+use crate::work::{work_queue, WorkQueue};
 
 /// The resourceVersion of each object's last status write by this term, so that a sync
 /// waits until the watch shows it: a decision taken on an older copy could otherwise
@@ -80,31 +78,13 @@ pub struct WorkloadCtx {
     pub statefulset_events: EventRecorder,
 }
 
+/// A reflector of the term's own, through the shared one.
 fn reflect<K, F>(api: Api<K>, term: &Leadership, route: F) -> (Store<K>, tokio::task::JoinHandle<()>)
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     F: Fn(&K) + Send + 'static,
 {
-    let denials = term.denials.clone();
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()));
-    let task = tokio::spawn(async move {
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o)) => route(&o),
-                Ok(_) => {}
-                Err(e) => {
-                    match keelson_component::denied::forbidden_in_watch(&e) {
-                        Some(m) => denials.report(&m).await,
-                        None => tracing::debug!(error = %e, "workload controller watch; retrying"),
-                    }
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-            }
-        }
-    });
-    (store, task)
+    crate::informers::reflect(api, term.denials.clone(), route)
 }
 
 fn owner_key(meta: &ObjectMeta, kind: &str) -> Option<String> {
@@ -212,10 +192,10 @@ pub async fn run(term: Leadership) {
             ready.await;
             tracing::info!("workload controllers active");
             tokio::join!(
-                work(&ctx, job_rx, ctx.job_queue.clone(), "job", crate::job::sync),
-                work(&ctx, cronjob_rx, ctx.cronjob_queue.clone(), "cronjob", crate::cronjob::sync),
-                work(&ctx, daemonset_rx, ctx.daemonset_queue.clone(), "daemonset", crate::daemonset::sync),
-                work(&ctx, statefulset_rx, ctx.statefulset_queue.clone(), "statefulset", crate::statefulset::sync),
+                crate::informers::work(&ctx, job_rx, &ctx.job_queue, "job", crate::job::sync),
+                crate::informers::work(&ctx, cronjob_rx, &ctx.cronjob_queue, "cronjob", crate::cronjob::sync),
+                crate::informers::work(&ctx, daemonset_rx, &ctx.daemonset_queue, "daemonset", crate::daemonset::sync),
+                crate::informers::work(&ctx, statefulset_rx, &ctx.statefulset_queue, "statefulset", crate::statefulset::sync),
                 collect_garbage(&ctx),
             );
         } => {}
@@ -286,33 +266,8 @@ pub(crate) async fn apply_history(ctx: &WorkloadCtx, ns: &str, plan: &crate::rev
     Ok(())
 }
 
-/// A worker: syncs keys until the term ends; a fenced write ends the term, other
-/// failures retry the key a second later.
-async fn work<F, Fut>(ctx: &Arc<WorkloadCtx>, mut rx: WorkReceiver, queue: WorkQueue, name: &'static str, sync: F)
-where
-    F: Fn(Arc<WorkloadCtx>, String) -> Fut,
-    Fut: std::future::Future<Output = Result<Option<Duration>, SyncError>>,
-{
-    loop {
-        let key = tokio::select! {
-            _ = ctx.term.ended.cancelled() => return,
-            k = rx.next() => match k { Some(k) => k, None => return },
-        };
-        let span = tracing::info_span!("reconcile", controller = name, object = %key);
-        match tracing::Instrument::instrument(sync(ctx.clone(), key.clone()), span).await {
-            Ok(Some(after)) => queue.add_after(&key, after),
-            Ok(None) => {}
-            Err(SyncError::Fenced) => {
-                tracing::warn!(controller = name, "a write was fenced; stepping down");
-                ctx.term.step_down();
-                return;
-            }
-            Err(SyncError::Api(e)) => {
-                if !ctx.term.denials.check(&e).await {
-                    tracing::info!(controller = name, object = %key, error = %e, "sync failed; retrying");
-                }
-                queue.add_after(&key, Duration::from_secs(1));
-            }
-        }
+impl crate::informers::TermContext for WorkloadCtx {
+    fn term(&self) -> &Leadership {
+        &self.term
     }
 }

@@ -41,7 +41,9 @@ impl Cluster {
                 }
                 a.extend(["--data-dir".into(), e.data_dir.display().to_string(), "--name".into(), e.name.clone()]);
                 a.extend(["--node-ip".into(), e.addr.clone(), "--pod-cidr".into(), e.pod_cidr.clone()]);
-                a.extend(["--heartbeat".into(), "2s".into(), "--stop-pods-on-exit".into()]);
+                // Test and local clusters share their host's disk with everything else on it:
+                // like kind, they do not report disk pressure.
+                a.extend(["--heartbeat".into(), "2s".into(), "--stop-pods-on-exit".into(), "--eviction-hard".into(), "nodefs.available<0%".into()]);
                 a.extend(self.spec.node_args.iter().cloned());
                 a
             }

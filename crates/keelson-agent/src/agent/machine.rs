@@ -1,13 +1,50 @@
 //! What the machine offers and how it is doing: capacity from `/proc` and the data
-//! directory's filesystem, node info, and the pressure conditions with the kubelet's
-//! default eviction thresholds (memory.available < 100Mi, nodefs.available < 10%).
+//! directory's filesystem, node info, and the pressure conditions against hard eviction
+//! thresholds — the kubelet's defaults (memory.available < 100Mi, nodefs.available < 10%)
+//! unless `--eviction-hard` says otherwise (`nodefs.available<0%` turns disk pressure off,
+//! as kind does for its nodes).
 
 use std::path::Path;
 
 use crate::status::{NodeCapacity, NodeHealth};
 
-pub const MEMORY_AVAILABLE_MIN_BYTES: u64 = 100 << 20;
-pub const NODEFS_AVAILABLE_MIN_PERCENT: u64 = 10;
+/// Hard eviction thresholds: below these the node reports pressure.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EvictionThresholds {
+    pub memory_available_bytes: u64,
+    pub nodefs_available_percent: f64,
+}
+
+impl Default for EvictionThresholds {
+    fn default() -> Self {
+        Self { memory_available_bytes: 100 << 20, nodefs_available_percent: 10.0 }
+    }
+}
+
+impl std::str::FromStr for EvictionThresholds {
+    type Err = String;
+
+    /// `memory.available<100Mi,nodefs.available<10%` (the kubelet's `--eviction-hard`);
+    /// signals not named keep their defaults.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut t = Self::default();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (signal, value) = part.split_once('<').ok_or_else(|| format!("{part:?}: expected SIGNAL<VALUE"))?;
+            match signal.trim() {
+                "memory.available" => {
+                    let milli = keelson_apimachinery::quantity::parse_quantity_milli(value.trim()).ok_or_else(|| format!("{part:?}: not a quantity"))?;
+                    t.memory_available_bytes = (milli.max(0) / 1000) as u64;
+                }
+                "nodefs.available" => {
+                    let pct = value.trim().strip_suffix('%').ok_or_else(|| format!("{part:?}: nodefs.available takes a percentage"))?;
+                    t.nodefs_available_percent = pct.parse::<f64>().map_err(|_| format!("{part:?}: not a percentage"))?;
+                }
+                other => return Err(format!("unsupported eviction signal {other:?} (memory.available, nodefs.available)")),
+            }
+        }
+        Ok(t)
+    }
+}
 
 /// `MemTotal` and `MemAvailable` of `/proc/meminfo`, in bytes.
 pub fn parse_meminfo(text: &str) -> (u64, u64) {
@@ -47,18 +84,18 @@ pub fn capacity(data_dir: &Path, max_pods: u32) -> NodeCapacity {
 }
 
 /// Pressure from available memory and disk.
-pub fn health(data_dir: &Path) -> NodeHealth {
+pub fn health(data_dir: &Path, thresholds: &EvictionThresholds) -> NodeHealth {
     let (_, available) = parse_meminfo(&read("/proc/meminfo"));
     let (total, free) = filesystem(data_dir);
-    pressure(available, total, free)
+    pressure(available, total, free, thresholds)
 }
 
 /// The pressure conditions for the given readings (pure).
-pub fn pressure(mem_available: u64, disk_total: u64, disk_available: u64) -> NodeHealth {
+pub fn pressure(mem_available: u64, disk_total: u64, disk_available: u64, t: &EvictionThresholds) -> NodeHealth {
     NodeHealth {
         not_ready: None,
-        memory_pressure: mem_available > 0 && mem_available < MEMORY_AVAILABLE_MIN_BYTES,
-        disk_pressure: disk_total > 0 && disk_available * 100 < disk_total * NODEFS_AVAILABLE_MIN_PERCENT,
+        memory_pressure: mem_available > 0 && mem_available < t.memory_available_bytes,
+        disk_pressure: disk_total > 0 && (disk_available as f64) * 100.0 < (disk_total as f64) * t.nodefs_available_percent,
         pid_pressure: false,
     }
 }
@@ -80,8 +117,16 @@ mod tests {
     fn meminfo_and_thresholds() {
         let (total, avail) = parse_meminfo("MemTotal:       24000000 kB\nMemFree: 1 kB\nMemAvailable:    50000 kB\n");
         assert_eq!((total, avail), (24_000_000 * 1024, 50_000 * 1024));
-        assert!(pressure(avail, 100, 50).memory_pressure, "under 100Mi available is memory pressure");
-        assert!(!pressure(1 << 30, 100, 50).memory_pressure);
-        assert!(pressure(1 << 30, 100, 9).disk_pressure && !pressure(1 << 30, 100, 10).disk_pressure);
+        let d = EvictionThresholds::default();
+        assert!(pressure(avail, 100, 50, &d).memory_pressure, "under 100Mi available is memory pressure");
+        assert!(!pressure(1 << 30, 100, 50, &d).memory_pressure);
+        assert!(pressure(1 << 30, 100, 9, &d).disk_pressure && !pressure(1 << 30, 100, 10, &d).disk_pressure);
+        let off: EvictionThresholds = "nodefs.available<0%".parse().unwrap();
+        assert!(!pressure(1 << 30, 100, 0, &off).disk_pressure, "0% turns disk pressure off");
+        assert_eq!(off.memory_available_bytes, 100 << 20, "unnamed signals keep their defaults");
+        let t: EvictionThresholds = "memory.available<1Gi, nodefs.available<5%".parse().unwrap();
+        assert_eq!(t, EvictionThresholds { memory_available_bytes: 1 << 30, nodefs_available_percent: 5.0 });
+        assert!("imagefs.available<5%".parse::<EvictionThresholds>().is_err());
+        assert!("nodefs.available<5".parse::<EvictionThresholds>().is_err());
     }
 }

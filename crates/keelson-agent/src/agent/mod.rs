@@ -47,6 +47,8 @@ pub struct AgentConfig {
     pub kubelet_port: u16,
     /// The cluster CA (PEM) whose client certificates the kubelet API accepts.
     pub ca_pem: String,
+    /// Below these the node reports memory or disk pressure.
+    pub eviction: machine::EvictionThresholds,
 }
 
 struct PodWorker {
@@ -71,6 +73,7 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
         reporter.write_cni_config(cidr)?;
     }
     let node_tasks = reporter.spawn(shutdown.clone());
+    let services = spawn_services(&client, &cfg, pod_cidr.as_deref(), &shutdown);
     let ctx = Arc::new(PodContext {
         events: keelson_component::events::EventRecorder::new(client.clone(), "kubelet", &cfg.node_name),
         client: client.clone(),
@@ -80,7 +83,7 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
         pods_dir: cfg.data_dir.join("pods"),
         logs_dir,
         dns_servers: cfg.dns_servers.clone(),
-        dns_searches: Vec::new(),
+        host_dns: crate::pod::dns::parse_resolv_conf(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default()),
     });
     serve_pods(ctx.clone(), &cfg.node_name, shutdown.clone()).await;
     if cfg.stop_pods_on_exit {
@@ -92,7 +95,43 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
     for t in node_tasks {
         t.abort();
     }
+    for t in services {
+        let _ = t.await;
+    }
     Ok(())
+}
+
+/// The node's service proxy and cluster DNS server, each a task stopping with `shutdown`
+/// (the proxy removes its nftables table as it stops). DNS listens on port 53 of the
+/// node's address, where the proxy sends the kube-dns Service.
+fn spawn_services(client: &kube::Client, cfg: &AgentConfig, pod_cidr: Option<&str>, shutdown: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
+    let node = keelson_proxy::NodeInfo {
+        name: cfg.node_name.clone(),
+        addresses: vec![cfg.node_ip],
+        pod_cidrs: pod_cidr.map(str::to_string).into_iter().collect(),
+        dns: Some(cfg.node_ip),
+    };
+    let proxy_cfg = keelson_proxy::ProxyConfig { node, coalesce: Duration::from_millis(50) };
+    let (c, s) = (client.clone(), shutdown.clone());
+    let proxy = tokio::spawn(async move {
+        if let Err(e) = keelson_proxy::run(c, proxy_cfg, s).await {
+            tracing::warn!(error = %e, "service proxy");
+        }
+    });
+    let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let own: Vec<std::net::IpAddr> = cfg.dns_servers.iter().filter_map(|s| s.parse().ok()).chain([std::net::IpAddr::V4(cfg.node_ip)]).collect();
+    let dns_cfg = keelson_dns::DnsConfig {
+        listen: std::net::SocketAddr::new(cfg.node_ip.into(), 53),
+        domain: "cluster.local".into(),
+        upstreams: keelson_dns::upstreams_from_resolv_conf(&resolv, &own),
+    };
+    let (c, s) = (client.clone(), shutdown.clone());
+    let dns = tokio::spawn(async move {
+        if let Err(e) = keelson_dns::run(c, dns_cfg, s).await {
+            tracing::warn!(error = %e, "cluster DNS not served");
+        }
+    });
+    vec![proxy, dns]
 }
 
 /// Stops and removes every sandbox and container the runtime has.

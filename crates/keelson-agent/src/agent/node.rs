@@ -108,7 +108,7 @@ impl NodeReporter {
 
     async fn facts(&self) -> (NodeFacts, crate::status::NodeHealth) {
         let (machine_id, boot_id, kernel_version, os_image) = machine::identity();
-        let mut health = machine::health(&self.cfg.data_dir);
+        let mut health = machine::health(&self.cfg.data_dir, &self.cfg.eviction);
         let runtime_version = match self.runtime.version().await {
             Ok(v) => v,
             Err(e) => {

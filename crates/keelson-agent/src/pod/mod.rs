@@ -1,6 +1,7 @@
 //! Running one pod: [`plan`] decides (pure), [`status`] reports (pure), [`worker`]
 //! performs, with [`probe`]s, [`volumes`], [`env`] and [`resources`] as its parts.
 
+pub mod dns;
 pub mod env;
 pub mod plan;
 pub mod probe;

@@ -37,8 +37,10 @@ pub struct PodContext {
     pub pods_dir: PathBuf,
     /// Container logs, one folder per pod (`<ns>_<name>_<uid>`), as the kubelet's.
     pub logs_dir: PathBuf,
+    /// The cluster DNS addresses (`--cluster-dns`) ClusterFirst pods are given.
     pub dns_servers: Vec<String>,
-    pub dns_searches: Vec<String>,
+    /// The node's own resolv.conf, for `dnsPolicy: Default` and host-network pods.
+    pub host_dns: crate::pod::dns::ResolvConf,
 }
 
 fn now_ns() -> i64 {
@@ -122,7 +124,7 @@ impl PodContext {
                 host_ip: p.host_ip.clone().unwrap_or_default(),
             })
             .collect();
-        let searches = [format!("{ns}.svc.cluster.local"), "svc.cluster.local".into(), "cluster.local".into()].into_iter().chain(self.dns_searches.iter().cloned()).collect();
+        let dns = crate::pod::dns::pod_dns(pod, &self.dns_servers, "cluster.local", &self.host_dns);
         SandboxSpec {
             hostname: spec.and_then(|s| s.hostname.clone()).unwrap_or_else(|| if host_network { self.node_name.clone() } else { name.clone() }),
             log_directory: self.logs_dir.join(format!("{ns}_{name}_{uid}")).display().to_string(),
@@ -132,8 +134,9 @@ impl PodContext {
             attempt,
             host_network,
             labels,
-            dns_servers: self.dns_servers.clone(),
-            dns_searches: searches,
+            dns_servers: dns.servers,
+            dns_searches: dns.searches,
+            dns_options: dns.options,
             port_mappings,
             cgroup_parent: String::new(),
         }

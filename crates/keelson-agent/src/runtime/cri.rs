@@ -102,7 +102,7 @@ fn sandbox_config(spec: &SandboxSpec) -> cri::PodSandboxConfig {
         metadata: Some(cri::PodSandboxMetadata { name: spec.pod_name.clone(), uid: spec.uid.clone(), namespace: spec.namespace.clone(), attempt: spec.attempt }),
         hostname: spec.hostname.clone(),
         log_directory: spec.log_directory.clone(),
-        dns_config: Some(cri::DnsConfig { servers: spec.dns_servers.clone(), searches: spec.dns_searches.clone(), options: vec!["ndots:5".into()] }),
+        dns_config: Some(cri::DnsConfig { servers: spec.dns_servers.clone(), searches: spec.dns_searches.clone(), options: spec.dns_options.clone() }),
         port_mappings: spec
             .port_mappings
             .iter()

@@ -38,6 +38,7 @@ pub struct SandboxSpec {
     pub labels: BTreeMap<String, String>,
     pub dns_servers: Vec<String>,
     pub dns_searches: Vec<String>,
+    pub dns_options: Vec<String>,
     pub port_mappings: Vec<PortMapping>,
     pub cgroup_parent: String,
 }

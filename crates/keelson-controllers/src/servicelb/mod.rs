@@ -1,0 +1,113 @@
+//! The built-in service load balancer (as k3s's ServiceLB, without its DaemonSet): a
+//! `type: LoadBalancer` Service gets the nodes' addresses as `status.loadBalancer.ingress`
+//! and every node's proxy serves its port on them. With `externalTrafficPolicy: Local`
+//! only the nodes running a ready endpoint are announced. A Service with a
+//! `loadBalancerClass` belongs to another implementation and is left alone.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, PostParams};
+use kube::runtime::reflector::ObjectRef;
+
+use crate::informers::SyncError;
+use crate::services::ServiceCtx;
+
+fn node_ready(n: &Node) -> bool {
+    n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// A node's announced address: its ExternalIP, or else its InternalIP.
+fn node_address(n: &Node) -> Option<String> {
+    let addrs = n.status.as_ref()?.addresses.as_ref()?;
+    let by = |t: &str| addrs.iter().find(|a| a.type_ == t).map(|a| a.address.clone());
+    by("ExternalIP").or_else(|| by("InternalIP"))
+}
+
+/// The ingress the Service should have, or None when it is not this controller's.
+pub fn ingress(svc: &Service, nodes: &[&Node], slices: &[&EndpointSlice]) -> Option<Vec<LoadBalancerIngress>> {
+    let spec = svc.spec.as_ref()?;
+    if spec.type_.as_deref() != Some("LoadBalancer") || spec.load_balancer_class.is_some() {
+        return None;
+    }
+    let local = spec.external_traffic_policy.as_deref() == Some("Local");
+    let name = svc.metadata.name.as_deref();
+    let with_endpoints: BTreeSet<&str> = slices
+        .iter()
+        .filter(|s| s.metadata.namespace == svc.metadata.namespace && s.metadata.labels.as_ref().and_then(|l| l.get(crate::endpointslice::reconcile::SERVICE_NAME_LABEL)).map(String::as_str) == name)
+        .flat_map(|s| s.endpoints.iter())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+        .filter_map(|e| e.node_name.as_deref())
+        .collect();
+    let mut ips: Vec<String> = nodes
+        .iter()
+        .filter(|n| node_ready(n) && !n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false))
+        .filter(|n| !local || n.metadata.name.as_deref().is_some_and(|m| with_endpoints.contains(m)))
+        .filter_map(|n| node_address(n))
+        .collect();
+    ips.sort();
+    ips.dedup();
+    Some(ips.into_iter().map(|ip| LoadBalancerIngress { ip: Some(ip), ip_mode: Some("VIP".into()), ..Default::default() }).collect())
+}
+
+pub(crate) async fn sync(ctx: Arc<ServiceCtx>, key: String) -> Result<Option<Duration>, SyncError> {
+    let (ns, name) = key.split_once('/').expect("namespace/name");
+    let Some(svc) = ctx.services.get(&ObjectRef::new(name).within(ns)) else { return Ok(None) };
+    let (nodes, slices) = (ctx.nodes.state(), ctx.slices.state());
+    let nodes: Vec<&Node> = nodes.iter().map(|n| n.as_ref()).collect();
+    let slices: Vec<&EndpointSlice> = slices.iter().map(|s| s.as_ref()).collect();
+    let Some(want) = ingress(&svc, &nodes, &slices) else { return Ok(None) };
+    let have = svc.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|l| l.ingress.clone()).unwrap_or_default();
+    if have == want {
+        return Ok(None);
+    }
+    let mut updated = (*svc).clone();
+    updated.status.get_or_insert_with(Default::default).load_balancer = Some(LoadBalancerStatus { ingress: (!want.is_empty()).then_some(want) });
+    let api: Api<Service> = Api::namespaced(ctx.term.client.clone(), ns);
+    match api.replace_status(name, &PostParams::default(), &updated).await {
+        Ok(_) => Ok(None),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Some(Duration::from_millis(200))),
+        Err(e) => Err(SyncError::from_kube(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(name: &str, ip: &str, ready: bool) -> Node {
+        serde_json::from_value(json!({"metadata": {"name": name}, "status": {"addresses": [{"type": "InternalIP", "address": ip}],
+            "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}})).unwrap()
+    }
+
+    fn svc(spec: serde_json::Value) -> Service {
+        serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "d"}, "spec": spec})).unwrap()
+    }
+
+    fn ips(v: Option<Vec<LoadBalancerIngress>>) -> Option<Vec<String>> {
+        v.map(|v| v.into_iter().filter_map(|i| i.ip).collect())
+    }
+
+    #[test]
+    fn a_load_balancer_gets_every_ready_nodes_address() {
+        let nodes = [node("n2", "10.0.0.3", true), node("n1", "10.0.0.2", true), node("n3", "10.0.0.4", false)];
+        let n: Vec<&Node> = nodes.iter().collect();
+        assert_eq!(ips(ingress(&svc(json!({"type": "LoadBalancer"})), &n, &[])), Some(vec!["10.0.0.2".into(), "10.0.0.3".into()]));
+        assert_eq!(ingress(&svc(json!({"type": "NodePort"})), &n, &[]), None);
+        assert_eq!(ingress(&svc(json!({"type": "LoadBalancer", "loadBalancerClass": "example.com/lb"})), &n, &[]), None);
+    }
+
+    #[test]
+    fn local_policy_announces_only_nodes_with_a_ready_endpoint() {
+        let nodes = [node("n1", "10.0.0.2", true), node("n2", "10.0.0.3", true)];
+        let n: Vec<&Node> = nodes.iter().collect();
+        let slice: EndpointSlice = serde_json::from_value(json!({"metadata": {"name": "web-0", "namespace": "d", "labels": {"kubernetes.io/service-name": "web"}}, "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.42.0.2"], "nodeName": "n2", "conditions": {"ready": true}}, {"addresses": ["10.42.0.3"], "nodeName": "n1", "conditions": {"ready": false}}]})).unwrap();
+        let got = ingress(&svc(json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local"})), &n, &[&slice]);
+        assert_eq!(ips(got), Some(vec!["10.0.0.3".into()]));
+    }
+}

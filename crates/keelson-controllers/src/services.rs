@@ -1,0 +1,194 @@
+//! The reflectors and work queues of the service controllers (EndpointSlice, Endpoints,
+//! the built-in service load balancer),
+//! apart from the workload ones: a Service goes to itself, a pod to every Service of its
+//! namespace, a slice or Endpoints object to the Service it is named for, a Node to
+//! every Service (zones). One term runs them until it ends.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use keelson_component::events::EventRecorder;
+use keelson_component::Leadership;
+use kube::api::Api;
+use kube::runtime::reflector::Store;
+use kube::Resource;
+
+use crate::endpointslice::reconcile::SERVICE_NAME_LABEL;
+use crate::informers::key_of;
+use crate::work::{work_queue, WorkQueue};
+
+/// What the service controllers of one term share.
+pub struct ServiceCtx {
+    pub term: Leadership,
+    pub services: Store<Service>,
+    pub pods: Store<Pod>,
+    pub nodes: Store<Node>,
+    pub slices: Store<EndpointSlice>,
+    pub endpoints: Store<Endpoints>,
+    pub slice_queue: WorkQueue,
+    pub endpoints_queue: WorkQueue,
+    pub lb_queue: WorkQueue,
+    pub slice_events: EventRecorder,
+}
+
+impl ServiceCtx {
+    /// The zone of every node that has one.
+    pub fn zones(&self) -> BTreeMap<String, String> {
+        self.nodes
+            .state()
+            .iter()
+            .filter_map(|n| Some((n.metadata.name.clone()?, n.metadata.labels.as_ref()?.get(crate::endpointslice::reconcile::ZONE_LABEL)?.clone())))
+            .collect()
+    }
+
+    /// The pods of namespace `ns`.
+    pub fn pods_in(&self, ns: &str) -> Vec<Arc<Pod>> {
+        self.pods.state().into_iter().filter(|p| p.metadata.namespace.as_deref() == Some(ns)).collect()
+    }
+}
+
+/// A reflector of the term's own, through the shared one.
+fn reflect<K, F>(api: Api<K>, term: &Leadership, route: F) -> (Store<K>, tokio::task::JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    F: Fn(&K) + Send + 'static,
+{
+    crate::informers::reflect(api, term.denials.clone(), route)
+}
+
+/// Queues the Service of namespace `ns` that an object is for.
+fn both(sq: &WorkQueue, eq: &WorkQueue, key: &str) {
+    sq.add(key);
+    eq.add(key);
+}
+
+/// Runs the service controllers until the term ends.
+pub async fn run(term: Leadership) {
+    let client = term.client.clone();
+    let (slice_queue, slice_rx) = work_queue();
+    let (endpoints_queue, endpoints_rx) = work_queue();
+    let (lb_queue, lb_rx) = work_queue();
+    let (services, service_task) = {
+        let (sq, eq, lq) = (slice_queue.clone(), endpoints_queue.clone(), lb_queue.clone());
+        reflect(Api::<Service>::all(client.clone()), &term, move |s: &Service| {
+            both(&sq, &eq, &key_of(s));
+            lq.add(&key_of(s));
+        })
+    };
+    let (pods, pod_task) = {
+        let (sq, eq) = (slice_queue.clone(), endpoints_queue.clone());
+        let svcs = services.clone();
+        reflect(Api::<Pod>::all(client.clone()), &term, move |p: &Pod| {
+            let ns = p.metadata.namespace.as_deref();
+            for s in svcs.state().iter().filter(|s| s.metadata.namespace.as_deref() == ns) {
+                both(&sq, &eq, &key_of(s.as_ref()));
+            }
+        })
+    };
+    let (nodes, node_task) = {
+        let (sq, lq) = (slice_queue.clone(), lb_queue.clone());
+        let svcs = services.clone();
+        reflect(Api::<Node>::all(client.clone()), &term, move |_: &Node| {
+            for s in svcs.state() {
+                sq.add(&key_of(s.as_ref()));
+                lq.add(&key_of(s.as_ref()));
+            }
+        })
+    };
+    let (slices, slice_task) = {
+        let (sq, lq) = (slice_queue.clone(), lb_queue.clone());
+        reflect(Api::<EndpointSlice>::all(client.clone()), &term, move |s: &EndpointSlice| {
+            if let Some(svc) = s.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) {
+                let key = format!("{}/{svc}", s.metadata.namespace.as_deref().unwrap_or("default"));
+                sq.add(&key);
+                lq.add(&key);
+            }
+        })
+    };
+    let (endpoints, endpoints_task) = {
+        let eq = endpoints_queue.clone();
+        reflect(Api::<Endpoints>::all(client.clone()), &term, move |e: &Endpoints| eq.add(&key_of(e)))
+    };
+    let ctx = Arc::new(ServiceCtx {
+        slice_events: EventRecorder::new(client.clone(), "endpointslice-controller", &term.identity),
+        term: term.clone(),
+        services,
+        pods,
+        nodes,
+        slices,
+        endpoints,
+        slice_queue,
+        endpoints_queue,
+        lb_queue,
+    });
+    let ready = async {
+        let _ = ctx.services.wait_until_ready().await;
+        let _ = ctx.pods.wait_until_ready().await;
+        let _ = ctx.nodes.wait_until_ready().await;
+        let _ = ctx.slices.wait_until_ready().await;
+        let _ = ctx.endpoints.wait_until_ready().await;
+    };
+    tokio::select! {
+        _ = term.ended.cancelled() => {}
+        _ = async {
+            ready.await;
+            tracing::info!("service controllers active");
+            tokio::join!(
+                crate::informers::work(&ctx, slice_rx, &ctx.slice_queue, "endpointslice", crate::endpointslice::sync),
+                crate::informers::work(&ctx, endpoints_rx, &ctx.endpoints_queue, "endpoints", crate::endpoints::sync),
+                crate::informers::work(&ctx, lb_rx, &ctx.lb_queue, "servicelb", crate::servicelb::sync),
+                ensure_kube_dns(&ctx),
+            );
+        } => {}
+    }
+    for t in [service_task, pod_task, node_task, slice_task, endpoints_task] {
+        t.abort();
+    }
+}
+
+/// The cluster DNS address pods are given (`--cluster-dns`'s default).
+pub const KUBE_DNS_IP: &str = "10.43.0.10";
+
+/// The `kube-system/kube-dns` Service: a fixed ClusterIP and no selector (no pods serve
+/// it: every node's proxy sends it to that node's own DNS server).
+pub fn kube_dns_service() -> Service {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS", "kubernetes.io/cluster-service": "true"}},
+        "spec": {"type": "ClusterIP", "clusterIP": KUBE_DNS_IP, "ports": [
+            {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+            {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
+        ]},
+    }))
+    .expect("the kube-dns Service")
+}
+
+/// Creates the kube-dns Service once per term when it is missing.
+async fn ensure_kube_dns(ctx: &ServiceCtx) {
+    loop {
+        if ctx.services.get(&kube::runtime::reflector::ObjectRef::new("kube-dns").within("kube-system")).is_some() {
+            return;
+        }
+        let api: Api<Service> = Api::namespaced(ctx.term.client.clone(), "kube-system");
+        match api.create(&kube::api::PostParams::default(), &kube_dns_service()).await {
+            Ok(_) => {
+                tracing::info!(ip = KUBE_DNS_IP, "created the kube-dns Service");
+                return;
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => return,
+            Err(e) => tracing::info!(error = %e, "creating the kube-dns Service; retrying"),
+        }
+        tokio::select! {
+            _ = ctx.term.ended.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+        }
+    }
+}
+
+impl crate::informers::TermContext for ServiceCtx {
+    fn term(&self) -> &Leadership {
+        &self.term
+    }
+}

@@ -1,0 +1,353 @@
+//! The node's whole service ruleset as a pure function of the Services, their
+//! EndpointSlices and the node: one `ip keelson-proxy` table in nft's own syntax, laid out
+//! as kube-proxy's nftables mode lays out its `kube-proxy` table.
+//!
+//! - `services` (from the nat prerouting/output hooks) looks `daddr . proto . dport` up in
+//!   the `service-ips` verdict map (ClusterIPs, externalIPs, LoadBalancer ingress IPs) and,
+//!   for the node's own addresses (`nodeport-ips`), `proto . dport` in `service-nodeports`.
+//! - `svc-<ns>/<name>/<proto>/<port>` picks an endpoint with `numgen random mod N`
+//!   (ClientIP affinity first through per-endpoint timeout sets); `ext-…` is the entry of
+//!   external traffic (NodePort, LoadBalancer, externalIPs): masqueraded with the
+//!   `Cluster` policy, kept to this node's endpoints with `Local`.
+//! - `ep-…` marks hairpin traffic for masquerade and DNATs to the endpoint.
+//! - `filter-*` chains (before DNAT) reject new connections to a Service port that has no
+//!   usable endpoint (a TCP reset, ICMP port unreachable otherwise: not a black hole; the
+//!   ICMP answer to a pod's bridged TCP SYN was seen lost with br_netfilter), or drop them when a `Local` policy has none
+//!   on this node, as kube-proxy does.
+//! - Endpoints are the ready ones; serving terminating ones only when none is ready.
+//!
+//! Only IPv4 is rendered (the `ip` family); the `ip6` table is left for dual-stack work.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+use std::net::Ipv4Addr;
+
+use k8s_openapi::api::core::v1::{Service, ServicePort};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
+
+pub const TABLE: &str = "keelson-proxy";
+/// The mark asking postrouting to masquerade (kube-proxy's).
+pub const MASQUERADE_MARK: u32 = 0x4000;
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The default ClientIP affinity timeout (3 hours), as Kubernetes'.
+const DEFAULT_AFFINITY_SECONDS: i32 = 10800;
+
+/// What the proxy knows of its node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeInfo {
+    pub name: String,
+    /// The addresses NodePorts are served on.
+    pub addresses: Vec<Ipv4Addr>,
+    /// Sources inside these ranges (the node's pods) are not masqueraded on the way to a
+    /// ClusterIP; every other source is, so replies come back through this node.
+    pub pod_cidrs: Vec<String>,
+    /// The node's own cluster DNS server: the `kube-system/kube-dns` Service is sent there
+    /// instead of to endpoints, so every node answers its pods' queries itself.
+    pub dns: Option<Ipv4Addr>,
+}
+
+/// The Service whose traffic goes to the node's own DNS server.
+pub const DNS_SERVICE: (&str, &str) = ("kube-system", "kube-dns");
+
+/// One endpoint of a Service port, as the proxy uses it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Target {
+    pub ip: Ipv4Addr,
+    pub port: i32,
+    pub local: bool,
+}
+
+/// Whether an endpoint can take traffic: ready ones, or failing those, serving ones
+/// that are terminating (the API's nil conditions read as ready and serving).
+fn ready(e: &Endpoint) -> bool {
+    e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true)
+}
+
+fn serving_terminating(e: &Endpoint) -> bool {
+    let c = e.conditions.as_ref();
+    let serving = c.and_then(|c| c.serving).unwrap_or_else(|| ready(e));
+    serving && c.and_then(|c| c.terminating).unwrap_or(false)
+}
+
+fn proto(p: &ServicePort) -> &str {
+    p.protocol.as_deref().unwrap_or("TCP")
+}
+
+fn nft_proto(p: &ServicePort) -> Option<&'static str> {
+    match proto(p) {
+        "TCP" => Some("tcp"),
+        "UDP" => Some("udp"),
+        "SCTP" => Some("sctp"),
+        _ => None,
+    }
+}
+
+/// The endpoints of a Service port across its IPv4 slices, usable ones only: the ready
+/// endpoints, or if none is ready the serving terminating ones. Sorted, without
+/// duplicates.
+pub fn targets(svc: &Service, port: &ServicePort, slices: &[&EndpointSlice], node: &str) -> Vec<Target> {
+    let name = svc.metadata.name.as_deref();
+    let ns = svc.metadata.namespace.as_deref();
+    let port_name = port.name.as_deref().unwrap_or("");
+    let mut ready_set = BTreeSet::new();
+    let mut fallback = BTreeSet::new();
+    for s in slices.iter().filter(|s| s.address_type == "IPv4" && s.metadata.namespace.as_deref() == ns) {
+        if s.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)).map(String::as_str) != name {
+            continue;
+        }
+        let Some(number) = s.ports.iter().flatten().find(|p| p.name.as_deref().unwrap_or("") == port_name && p.protocol.as_deref().unwrap_or("TCP") == proto(port)).and_then(|p| p.port) else {
+            continue;
+        };
+        for e in &s.endpoints {
+            let Some(ip) = e.addresses.first().and_then(|a| a.parse::<Ipv4Addr>().ok()) else { continue };
+            let t = Target { ip, port: number, local: e.node_name.as_deref() == Some(node) };
+            if ready(e) {
+                ready_set.insert(t);
+            } else if serving_terminating(e) {
+                fallback.insert(t);
+            }
+        }
+    }
+    let chosen = if ready_set.is_empty() { fallback } else { ready_set };
+    // One address may appear in two slices while a pod moves between them.
+    let mut seen = BTreeSet::new();
+    chosen.into_iter().filter(|t| seen.insert((t.ip, t.port))).collect()
+}
+
+fn set_elements<I: IntoIterator<Item = String>>(out: &mut String, items: I) {
+    let items: Vec<String> = items.into_iter().collect();
+    if !items.is_empty() {
+        let _ = writeln!(out, "\t\telements = {{ {} }}", items.join(", "));
+    }
+}
+
+fn affinity_set(chain: &str) -> String {
+    format!("affinity-{}", &chain[3..])
+}
+
+/// How one Service port is rendered: its chains, its map entries.
+#[derive(Default)]
+struct Rendered {
+    service_ips: Vec<String>,
+    nodeports: Vec<String>,
+    no_endpoint_ips: Vec<String>,
+    no_endpoint_nodeports: Vec<String>,
+    sets: Vec<String>,
+    chains: Vec<String>,
+    endpoint_chains: BTreeSet<String>,
+}
+
+/// The chain that spreads over `targets` (after ClientIP affinity), or None without targets.
+fn balance(r: &mut Rendered, name: &str, prefix: &str, targets: &[Target], affinity: Option<i32>, masquerade_unless: Option<&[String]>) {
+    let mut body = String::new();
+    if let Some(cidrs) = masquerade_unless {
+        if cidrs.is_empty() {
+            body.push_str("\t\tjump mark-for-masquerade\n");
+        } else {
+            let _ = writeln!(body, "\t\tip saddr != {{ {} }} jump mark-for-masquerade", cidrs.join(", "));
+        }
+    }
+    let eps: Vec<String> = targets.iter().map(|t| format!("ep-{prefix}/{}/{}", t.ip, t.port)).collect();
+    if affinity.is_some() {
+        for ep in &eps {
+            let _ = writeln!(body, "\t\tip saddr @{} goto {ep}", affinity_set(ep));
+        }
+    }
+    if eps.len() == 1 {
+        let _ = writeln!(body, "\t\tgoto {}", eps[0]);
+    } else {
+        let entries: Vec<String> = eps.iter().enumerate().map(|(i, ep)| format!("{i} : goto {ep}")).collect();
+        let _ = writeln!(body, "\t\tnumgen random mod {} vmap {{ {} }}", eps.len(), entries.join(", "));
+    }
+    r.chains.push(format!("\tchain {name} {{\n{body}\t}}\n"));
+}
+
+fn endpoint_chain(r: &mut Rendered, ep: &str, t: &Target, affinity: Option<i32>, l4: &str) {
+    if !r.endpoint_chains.insert(ep.to_string()) {
+        return;
+    }
+    let mut body = String::new();
+    let _ = writeln!(body, "\t\tip saddr {} jump mark-for-masquerade", t.ip);
+    if let Some(timeout) = affinity {
+        let set = affinity_set(ep);
+        r.sets.push(format!("\tset {set} {{\n\t\ttype ipv4_addr\n\t\tflags dynamic,timeout\n\t\ttimeout {timeout}s\n\t}}\n"));
+        let _ = writeln!(body, "\t\tupdate @{set} {{ ip saddr }}");
+    }
+    let _ = writeln!(body, "\t\tmeta l4proto {l4} dnat to {}:{}", t.ip, t.port);
+    r.chains.push(format!("\tchain {ep} {{\n{body}\t}}\n"));
+}
+
+fn render_port(r: &mut Rendered, svc: &Service, port: &ServicePort, slices: &[&EndpointSlice], node: &NodeInfo) {
+    let Some(spec) = svc.spec.as_ref() else { return };
+    let Some(l4) = nft_proto(port) else { return };
+    let ns = svc.metadata.namespace.as_deref().unwrap_or("default");
+    let name = svc.metadata.name.as_deref().unwrap_or("");
+    let prefix = format!("{ns}/{name}/{l4}/{}", port.port);
+    let svc_chain = format!("svc-{prefix}");
+    let ext_chain = format!("ext-{prefix}");
+    let affinity = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
+        spec.session_affinity_config.as_ref().and_then(|c| c.client_ip.as_ref()).and_then(|c| c.timeout_seconds).unwrap_or(DEFAULT_AFFINITY_SECONDS)
+    });
+    let all = match node.dns {
+        Some(ip) if (ns, name) == DNS_SERVICE => vec![Target { ip, port: 53, local: true }],
+        _ => targets(svc, port, slices, &node.name),
+    };
+    let internal_local = spec.internal_traffic_policy.as_deref() == Some("Local");
+    let external_local = spec.external_traffic_policy.as_deref() == Some("Local");
+    let internal: Vec<Target> = if internal_local { all.iter().filter(|t| t.local).cloned().collect() } else { all.clone() };
+    let external: Vec<Target> = if external_local { all.iter().filter(|t| t.local).cloned().collect() } else { all.clone() };
+
+    let mut cluster_ips: Vec<Ipv4Addr> = spec.cluster_ips.iter().flatten().chain(spec.cluster_ip.iter()).filter_map(|ip| ip.parse().ok()).collect();
+    cluster_ips.sort();
+    cluster_ips.dedup();
+    let mut external_ips: Vec<Ipv4Addr> = spec.external_ips.iter().flatten().filter_map(|ip| ip.parse().ok()).collect();
+    if spec.type_.as_deref() == Some("LoadBalancer") {
+        let ingress = svc.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|l| l.ingress.as_ref());
+        external_ips.extend(ingress.iter().flat_map(|i| i.iter()).filter_map(|i| i.ip.as_deref()?.parse::<Ipv4Addr>().ok()));
+    }
+    external_ips.sort();
+    external_ips.dedup();
+    let node_port = port.node_port.filter(|_| matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer")));
+    let has_external = node_port.is_some() || !external_ips.is_empty();
+
+    // Without usable endpoints anywhere: reject; with a Local policy and none here: drop.
+    let verdict = |t: &[Target]| if all.is_empty() { Some("goto reject-chain") } else if t.is_empty() { Some("drop") } else { None };
+    if let Some(v) = verdict(&internal) {
+        r.no_endpoint_ips.extend(cluster_ips.iter().map(|ip| format!("{ip} . {l4} . {} : {v}", port.port)));
+    } else {
+        balance(r, &svc_chain, &prefix, &internal, affinity, Some(&node.pod_cidrs));
+        r.service_ips.extend(cluster_ips.iter().map(|ip| format!("{ip} . {l4} . {} : goto {svc_chain}", port.port)));
+    }
+    if has_external {
+        if let Some(v) = verdict(&external) {
+            r.no_endpoint_ips.extend(external_ips.iter().map(|ip| format!("{ip} . {l4} . {} : {v}", port.port)));
+            r.no_endpoint_nodeports.extend(node_port.map(|np| format!("{l4} . {np} : {v}")));
+        } else {
+            let ext_targets = if external_local { &external } else { &all };
+            // Cluster policy: everything external is masqueraded (the source is lost, the
+            // reply comes back here). Local: the source is kept, only local endpoints.
+            balance(r, &ext_chain, &prefix, ext_targets, affinity, if external_local { None } else { Some(&[]) });
+            r.service_ips.extend(external_ips.iter().map(|ip| format!("{ip} . {l4} . {} : goto {ext_chain}", port.port)));
+            r.nodeports.extend(node_port.map(|np| format!("{l4} . {np} : goto {ext_chain}")));
+        }
+    }
+    let mut used: Vec<&Target> = Vec::new();
+    if verdict(&internal).is_none() {
+        used.extend(internal.iter());
+    }
+    if has_external && verdict(&external).is_none() {
+        used.extend(if external_local { external.iter() } else { all.iter() });
+    }
+    for t in used {
+        endpoint_chain(r, &format!("ep-{prefix}/{}/{}", t.ip, t.port), t, affinity, l4);
+    }
+}
+
+/// A UDP flow a Service port may have sent to an endpoint: (virtual IP, port, endpoint IP).
+pub type UdpFlow = (Ipv4Addr, u16, Ipv4Addr);
+
+/// The UDP flows the rules allow: every ClusterIP, external and ingress IP of a UDP
+/// Service port paired with each endpoint it may reach. Those that disappear between two
+/// syncs have their conntrack entries flushed, or a UDP client would keep talking to a gone
+/// endpoint (conntrack keeps UDP "connections" while packets flow).
+pub fn udp_flows(services: &[&Service], slices: &[&EndpointSlice], node: &NodeInfo) -> BTreeSet<UdpFlow> {
+    let mut out = BTreeSet::new();
+    for svc in services.iter().copied().filter(|s| proxied(s)) {
+        let Some(spec) = svc.spec.as_ref() else { continue };
+        let mut ips: Vec<Ipv4Addr> = spec.cluster_ips.iter().flatten().chain(spec.cluster_ip.iter()).chain(spec.external_ips.iter().flatten()).filter_map(|ip| ip.parse().ok()).collect();
+        let ingress = svc.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|l| l.ingress.as_ref());
+        ips.extend(ingress.iter().flat_map(|i| i.iter()).filter_map(|i| i.ip.as_deref()?.parse::<Ipv4Addr>().ok()));
+        for port in spec.ports.iter().flatten().filter(|p| proto(p) == "UDP") {
+            let Ok(number) = u16::try_from(port.port) else { continue };
+            for t in targets(svc, port, slices, &node.name) {
+                out.extend(ips.iter().map(|ip| (*ip, number, t.ip)));
+            }
+        }
+    }
+    out
+}
+
+/// Whether the proxy serves this Service at all (ExternalName and headless Services have
+/// no virtual IP to rewrite).
+pub fn proxied(svc: &Service) -> bool {
+    let Some(spec) = svc.spec.as_ref() else { return false };
+    spec.type_.as_deref() != Some("ExternalName") && spec.cluster_ip.as_deref().is_some_and(|ip| ip != "None" && !ip.is_empty())
+}
+
+/// The whole table, as `nft -f` reads it. Deterministic: the same input renders the same
+/// text, so an unchanged ruleset need not be applied again.
+pub fn render(services: &[&Service], slices: &[&EndpointSlice], node: &NodeInfo) -> String {
+    let mut by_key: BTreeMap<(String, String), &Service> = BTreeMap::new();
+    for s in services.iter().copied().filter(|s| proxied(s)) {
+        by_key.insert((s.metadata.namespace.clone().unwrap_or_default(), s.metadata.name.clone().unwrap_or_default()), s);
+    }
+    let mut slices_of: BTreeMap<(&str, &str), Vec<&EndpointSlice>> = BTreeMap::new();
+    for s in slices {
+        if let Some(svc) = s.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) {
+            slices_of.entry((s.metadata.namespace.as_deref().unwrap_or(""), svc.as_str())).or_default().push(s);
+        }
+    }
+    let mut r = Rendered::default();
+    for ((ns, name), svc) in &by_key {
+        let slices = slices_of.get(&(ns.as_str(), name.as_str())).map(Vec::as_slice).unwrap_or(&[]);
+        let mut ports = svc.spec.as_ref().and_then(|s| s.ports.clone()).unwrap_or_default();
+        ports.sort_by(|a, b| (a.port, proto(a).to_string()).cmp(&(b.port, proto(b).to_string())));
+        for port in &ports {
+            render_port(&mut r, svc, port, slices, node);
+        }
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "table ip {TABLE} {{");
+    out.push_str("\tmap service-ips {\n\t\ttype ipv4_addr . inet_proto . inet_service : verdict\n");
+    set_elements(&mut out, r.service_ips);
+    out.push_str("\t}\n\tmap service-nodeports {\n\t\ttype inet_proto . inet_service : verdict\n");
+    set_elements(&mut out, r.nodeports);
+    out.push_str("\t}\n\tmap no-endpoint-services {\n\t\ttype ipv4_addr . inet_proto . inet_service : verdict\n");
+    set_elements(&mut out, r.no_endpoint_ips);
+    out.push_str("\t}\n\tmap no-endpoint-nodeports {\n\t\ttype inet_proto . inet_service : verdict\n");
+    set_elements(&mut out, r.no_endpoint_nodeports);
+    out.push_str("\t}\n\tset nodeport-ips {\n\t\ttype ipv4_addr\n");
+    let mut addrs = node.addresses.clone();
+    addrs.sort();
+    addrs.dedup();
+    set_elements(&mut out, addrs.iter().map(|a| a.to_string()));
+    out.push_str("\t}\n");
+    for s in &r.sets {
+        out.push_str(s);
+    }
+    // Base chains. nft 1.0.6 refuses `priority dstnat` on the output hook: numbers.
+    out.push_str(concat!(
+        "\tchain filter-input {\n\t\ttype filter hook input priority -110; policy accept;\n\t\tct state new jump endpoints-check\n\t}\n",
+        "\tchain filter-forward {\n\t\ttype filter hook forward priority -110; policy accept;\n\t\tct state new jump endpoints-check\n\t}\n",
+        "\tchain filter-output {\n\t\ttype filter hook output priority -110; policy accept;\n\t\tct state new jump endpoints-check\n\t}\n",
+        "\tchain endpoints-check {\n\t\tip daddr . meta l4proto . th dport vmap @no-endpoint-services\n\t\tip daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports\n\t}\n",
+        "\tchain reject-chain {\n\t\tmeta l4proto tcp reject with tcp reset\n\t\treject\n\t}\n",
+        "\tchain nat-prerouting {\n\t\ttype nat hook prerouting priority -100; policy accept;\n\t\tjump services\n\t}\n",
+        "\tchain nat-output {\n\t\ttype nat hook output priority -100; policy accept;\n\t\tjump services\n\t}\n",
+        "\tchain nat-postrouting {\n\t\ttype nat hook postrouting priority 100; policy accept;\n\t\tjump masquerading\n\t}\n",
+        "\tchain masquerading {\n\t\tmeta mark & 0x4000 == 0 return\n\t\tmeta mark set meta mark xor 0x4000\n\t\tmasquerade fully-random\n\t}\n",
+        "\tchain mark-for-masquerade {\n\t\tmeta mark set meta mark | 0x4000\n\t}\n",
+        "\tchain services {\n\t\tip daddr . meta l4proto . th dport vmap @service-ips\n\t\tip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports\n\t}\n",
+    ));
+    for c in &r.chains {
+        out.push_str(c);
+    }
+    out.push_str("}\n");
+    out
+}
+
+/// The `nft -f` script replacing the table in one transaction: the table is declared (so
+/// the delete cannot fail on a first run), deleted and written anew. No other table is
+/// named.
+pub fn replace_script(table: &str) -> String {
+    format!("table ip {TABLE}\ndelete table ip {TABLE}\n{table}")
+}
+
+/// The script removing the table (when the proxy stops).
+pub fn delete_script() -> String {
+    format!("table ip {TABLE}\ndelete table ip {TABLE}\n")
+}
+
+#[cfg(test)]
+#[path = "render_tests.rs"]
+mod tests;

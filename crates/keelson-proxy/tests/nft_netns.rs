@@ -1,0 +1,230 @@
+//! The rendered ruleset applied in network namespaces this test makes: a "node" with a
+//! bridge and two "pods" running busybox httpd, and an outside client. Checks that a
+//! ClusterIP spreads over both pods (also from a pod to its own Service: hairpin), that an
+//! unready endpoint gets nothing, that a Service without endpoints is refused at once, and
+//! that a NodePort answers from outside through masquerade. Needs root, `nft`, `ip`,
+//! `curl` and `busybox`; skipped loudly otherwise (failed with KEELSON_REQUIRE_NODE_TESTS).
+
+use std::collections::BTreeSet;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use keelson_proxy::render::{render, replace_script, NodeInfo};
+use serde_json::json;
+
+fn missing() -> Option<String> {
+    if unsafe { libc_geteuid() } != 0 {
+        return Some("not root".into());
+    }
+    for tool in ["nft", "ip", "curl", "busybox"] {
+        if Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(Stdio::null()).status().map(|s| !s.success()).unwrap_or(true) {
+            return Some(format!("{tool} is missing"));
+        }
+    }
+    None
+}
+
+extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
+
+fn sh(cmd: &str) -> Result<String> {
+    let out = Command::new("sh").args(["-c", cmd]).output()?;
+    if !out.status.success() {
+        bail!("{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+struct Net {
+    tag: String,
+    servers: Vec<Child>,
+}
+
+impl Net {
+    fn ns(&self, n: &str) -> String {
+        format!("kp{n}-{}", self.tag)
+    }
+
+    fn exec(&self, n: &str, cmd: &str) -> Result<String> {
+        sh(&format!("ip netns exec {} {cmd}", self.ns(n)))
+    }
+
+    fn setup() -> Result<Net> {
+        let mut net = Net { tag: format!("{}", std::process::id() % 100000), servers: Vec::new() };
+        for n in ["n", "a", "b", "c"] {
+            sh(&format!("ip netns add {}", net.ns(n)))?;
+            net.exec(n, "ip link set lo up")?;
+        }
+        net.exec("n", "ip link add br0 type bridge")?;
+        net.exec("n", "ip addr add 10.42.1.1/24 dev br0")?;
+        net.exec("n", "ip link set br0 up")?;
+        net.exec("n", "sysctl -qw net.ipv4.ip_forward=1")?;
+        net.exec("n", "ip route add 10.43.0.0/16 dev br0")?;
+        for (pod, ip) in [("a", "10.42.1.2"), ("b", "10.42.1.3")] {
+            let ns = net.ns(pod);
+            net.exec("n", &format!("ip link add v{pod} type veth peer name eth0 netns {ns}"))?;
+            net.exec("n", &format!("ip link set v{pod} master br0 up"))?;
+            // As the CNI bridge plugin's hairpinMode: a pod reaching itself through its
+            // Service is bridged back out of its own port (br_netfilter).
+            net.exec("n", &format!("ip link set v{pod} type bridge_slave hairpin on"))?;
+            net.exec(pod, &format!("ip addr add {ip}/24 dev eth0"))?;
+            net.exec(pod, "ip link set eth0 up")?;
+            net.exec(pod, "ip route add default via 10.42.1.1")?;
+            let dir = std::env::temp_dir().join(format!("kp-www-{}-{pod}", net.tag));
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(dir.join("index.html"), format!("pod-{pod}\n"))?;
+            let child = Command::new("ip").args(["netns", "exec", &ns, "busybox", "httpd", "-f", "-p", "8080", "-h"]).arg(&dir).spawn()?;
+            net.servers.push(child);
+        }
+        // The outside client, on the node's own address 192.168.77.2.
+        let c = net.ns("c");
+        net.exec("n", &format!("ip link add ext0 type veth peer name eth0 netns {c}"))?;
+        net.exec("n", "ip addr add 192.168.77.2/24 dev ext0")?;
+        net.exec("n", "ip link set ext0 up")?;
+        net.exec("c", "ip addr add 192.168.77.1/24 dev eth0")?;
+        net.exec("c", "ip link set eth0 up")?;
+        Ok(net)
+    }
+
+    fn apply(&self, text: &str) -> Result<()> {
+        let mut child = Command::new("ip").args(["netns", "exec", &self.ns("n"), "nft", "-f", "-"]).stdin(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+        std::io::Write::write_all(child.stdin.as_mut().context("stdin")?, replace_script(text).as_bytes())?;
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!("nft: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(())
+    }
+
+    /// What `curl` from namespace `from` gets from `url`: the body, or the error.
+    fn get(&self, from: &str, url: &str) -> std::result::Result<String, String> {
+        self.exec(from, &format!("curl -s --max-time 3 {url}")).map(|s| s.trim().to_string()).map_err(|e| e.to_string())
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for c in &mut self.servers {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for n in ["n", "a", "b", "c"] {
+            let _ = sh(&format!("ip netns del {}", self.ns(n)));
+        }
+        for pod in ["a", "b"] {
+            let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("kp-www-{}-{pod}", self.tag)));
+        }
+    }
+}
+
+fn service(name: &str, ip: &str, node_port: Option<i32>) -> Service {
+    let mut port = json!({"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"});
+    if let Some(np) = node_port {
+        port["nodePort"] = json!(np);
+    }
+    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "d"},
+        "spec": {"type": if node_port.is_some() {"NodePort"} else {"ClusterIP"}, "clusterIP": ip, "ports": [port]}})).unwrap()
+}
+
+fn slice(name: &str, eps: &[(&str, bool)]) -> EndpointSlice {
+    let endpoints: Vec<_> = eps.iter().map(|(ip, ready)| json!({"addresses": [ip], "nodeName": "n1", "conditions": {"ready": ready, "serving": ready, "terminating": false}})).collect();
+    serde_json::from_value(json!({"metadata": {"name": format!("{name}-0"), "namespace": "d", "labels": {"kubernetes.io/service-name": name}},
+        "addressType": "IPv4", "endpoints": endpoints, "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]})).unwrap()
+}
+
+fn backends(net: &Net, from: &str, url: &str, tries: usize) -> BTreeSet<String> {
+    (0..tries).filter_map(|_| net.get(from, url).ok()).collect()
+}
+
+#[test]
+fn the_ruleset_routes_services_in_a_network_namespace() -> Result<()> {
+    if let Some(why) = missing() {
+        if std::env::var_os("KEELSON_REQUIRE_NODE_TESTS").is_some() {
+            panic!("node test required but {why}");
+        }
+        eprintln!("SKIPPED the_ruleset_routes_services_in_a_network_namespace: {why}");
+        return Ok(());
+    }
+    let net = Net::setup()?;
+    let node = NodeInfo { name: "n1".into(), addresses: vec!["192.168.77.2".parse()?], pod_cidrs: vec!["10.42.1.0/24".into()], dns: None };
+    let web = service("web", "10.43.0.5", Some(30080));
+    let empty = service("empty", "10.43.0.6", None);
+    let both = slice("web", &[("10.42.1.2", true), ("10.42.1.3", true)]);
+    let text = render(&[&web, &empty], &[&both, &slice("empty", &[])], &node);
+    let started = Instant::now();
+    net.apply(&text)?;
+    eprintln!("applied {} bytes in {:?}", text.len(), started.elapsed());
+    // Wait for the httpd servers.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while net.get("n", "http://10.42.1.2:8080/").is_err() || net.get("n", "http://10.42.1.3:8080/").is_err() {
+        if Instant::now() > deadline {
+            bail!("the pods' httpd never answered");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let want: BTreeSet<String> = ["pod-a".to_string(), "pod-b".to_string()].into();
+    assert_eq!(backends(&net, "n", "http://10.43.0.5/", 30), want, "from the node, through the ClusterIP");
+    assert_eq!(backends(&net, "a", "http://10.43.0.5/", 30), want, "from a pod, to itself too (hairpin)");
+    assert_eq!(backends(&net, "c", "http://192.168.77.2:30080/", 30), want, "from outside, through the NodePort");
+
+    // A Service without endpoints is refused at once, not left to time out.
+    let t = Instant::now();
+    let refused = net.get("a", "http://10.43.0.6/");
+    assert!(refused.is_err() && t.elapsed() < Duration::from_secs(2), "{refused:?} after {:?}", t.elapsed());
+
+    // pod-b turns unready: only pod-a answers.
+    let one = slice("web", &[("10.42.1.2", true), ("10.42.1.3", false)]);
+    net.apply(&render(&[&web, &empty], &[&one], &node))?;
+    let only_a: BTreeSet<String> = ["pod-a".to_string()].into();
+    assert_eq!(backends(&net, "n", "http://10.43.0.5/", 20), only_a);
+    assert_eq!(backends(&net, "c", "http://192.168.77.2:30080/", 10), only_a);
+
+    // Nothing outside the proxy's table was made.
+    let tables = net.exec("n", "nft list tables")?;
+    assert_eq!(tables.trim(), "table ip keelson-proxy");
+    Ok(())
+}
+
+/// The cost of one sync at scale: 1,000 Services of 10 endpoints each, applied in one
+/// transaction inside a namespace of its own (printed; the goal is under 100 ms for the
+/// render and well under a second for nft).
+#[test]
+fn a_thousand_services_apply_in_one_transaction() -> Result<()> {
+    if let Some(why) = missing() {
+        if std::env::var_os("KEELSON_REQUIRE_NODE_TESTS").is_some() {
+            panic!("node test required but {why}");
+        }
+        eprintln!("SKIPPED a_thousand_services_apply_in_one_transaction: {why}");
+        return Ok(());
+    }
+    let ns = format!("kpbig-{}", std::process::id() % 100000);
+    sh(&format!("ip netns add {ns}"))?;
+    let result = (|| -> Result<()> {
+        let node = NodeInfo { name: "n1".into(), addresses: vec!["192.168.77.2".parse()?], pod_cidrs: vec!["10.42.1.0/24".into()], dns: None };
+        let services: Vec<Service> = (0..1000).map(|i| service(&format!("s{i}"), &format!("10.43.{}.{}", i / 250, i % 250 + 1), Some(30000 + i))).collect();
+        let ips: Vec<Vec<String>> = (0..1000).map(|i| (0..10).map(|j| format!("10.42.{}.{}", i / 25, (i % 25) * 10 + j + 1)).collect()).collect();
+        let slices: Vec<EndpointSlice> = (0..1000).map(|i| slice(&format!("s{i}"), &ips[i].iter().map(|ip| (ip.as_str(), true)).collect::<Vec<_>>())).collect();
+        let (s, e): (Vec<&Service>, Vec<&EndpointSlice>) = (services.iter().collect(), slices.iter().collect());
+        let started = Instant::now();
+        let text = render(&s, &e, &node);
+        let rendered = started.elapsed();
+        for round in 0..2 {
+            let t = Instant::now();
+            let mut child = Command::new("ip").args(["netns", "exec", &ns, "nft", "-f", "-"]).stdin(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+            std::io::Write::write_all(child.stdin.as_mut().context("stdin")?, replace_script(&text).as_bytes())?;
+            let out = child.wait_with_output()?;
+            if !out.status.success() {
+                bail!("nft: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            eprintln!("1000 services x 10 endpoints: render {rendered:?}, nft apply (round {round}) {:?}, {} bytes", t.elapsed(), text.len());
+        }
+        Ok(())
+    })();
+    let _ = sh(&format!("ip netns del {ns}"));
+    result
+}
