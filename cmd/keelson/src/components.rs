@@ -64,7 +64,7 @@ impl ComponentArgs {
             startup_grace_period: self.node_startup_grace_period,
         };
         anyhow::ensure!(!node_lifecycle.monitor_period.is_zero(), "--node-monitor-period must be positive");
-        Ok(keelson_controllers::ControllerConfig { node_ipam, node_lifecycle })
+        Ok(keelson_controllers::ControllerConfig { node_ipam, node_lifecycle, root_ca_pem: String::new() })
     }
 }
 

@@ -115,6 +115,13 @@ async fn agent_runs_pods_in_real_containers() {
     pods.create(&pp, &bound("mem", json!({"terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": IMG, "command": ["sh", "-c", "mount | grep /cache; sleep 3600"], "volumeMounts": [{"name": "cache", "mountPath": "/cache"}]}],
         "volumes": [{"name": "cache", "emptyDir": {"medium": "Memory", "sizeLimit": "8Mi"}}]}))).await.unwrap();
     pods.create(&pp, &bound("never", json!({"containers": [{"name": "c", "image": "keelson.local/absent:1", "imagePullPolicy": "Never"}]}))).await.unwrap();
+    // In-cluster access: the ServiceAccount admission's projected volume (bound token,
+    // published root CA, namespace) and the `kubernetes` Service, reached by its DNS name
+    // through the proxy. (Pod IPs are routable from the host, where the server runs.)
+    node_support::ok(&["ip", "route", "replace", "10.42.7.0/24", "via", &net.node_ip]);
+    pods.create(&pp, &bound("incluster", json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": IMG, "command": ["sh", "-c",
+        "d=/var/run/secrets/kubernetes.io/serviceaccount; echo ns=$$(cat $d/namespace); head -n 1 $d/ca.crt; echo token=$$(cat $d/token); \
+         for i in $$(seq 1 30); do nc -w 2 kubernetes.default.svc 443 </dev/null && echo api=reachable && exit 0; sleep 1; done; exit 1"]}]}))).await.unwrap();
 
     // Running and Ready, reachable at its pod IP from the node.
     let web = pod_where(&pods, "web", "Running and Ready", |p| phase(p) == "Running" && ready(p)).await;
@@ -154,6 +161,23 @@ async fn agent_runs_pods_in_real_containers() {
     let bye = pod_where(&pods, "bye", "Failed", |p| phase(p) == "Failed").await;
     assert_eq!(container_status(&bye)["state"]["terminated"]["message"], "see you");
     assert_eq!(container_status(&bye)["state"]["terminated"]["exitCode"], 4);
+    let incluster = pod_where(&pods, "incluster", "finished", |p| matches!(phase(p), "Succeeded" | "Failed")).await;
+    let said = pods.logs("incluster", &kube::api::LogParams::default()).await.unwrap();
+    let spec = incluster.spec.as_ref().unwrap();
+    assert_eq!(spec.service_account_name.as_deref(), Some("default"));
+    assert!(spec.volumes.iter().flatten().any(|v| v.name.starts_with("kube-api-access-")), "the ServiceAccount admission added its volume");
+    for line in ["ns=default\n", "-----BEGIN CERTIFICATE-----\n", "api=reachable\n"] {
+        assert!(said.contains(line), "incluster's output lacks {line:?} (phase {}):\n{said}", phase(&incluster));
+    }
+    assert_eq!(phase(&incluster), "Succeeded");
+    // The mounted token is the pod's ServiceAccount's, accepted by the API.
+    let token = said.lines().find_map(|l| l.strip_prefix("token=")).expect("the token line").to_string();
+    let mut as_pod = kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(), &Default::default()).await.unwrap();
+    as_pod.auth_info = kube::config::AuthInfo { token: Some(token.into()), ..Default::default() };
+    let reviews: Api<k8s_openapi::api::authentication::v1::SelfSubjectReview> = Api::all(kube::Client::try_from(as_pod).unwrap());
+    let who = reviews.create(&pp, &Default::default()).await.expect("the API accepts the pod's token");
+    let who = serde_json::to_value(who).unwrap();
+    assert_eq!(who["status"]["userInfo"]["username"], "system:serviceaccount:default:default", "{who}");
     pod_where(&pods, "mem", "Running", |p| phase(p) == "Running").await;
     let mem_uid = pods.get("mem").await.unwrap().metadata.uid.unwrap();
     let mem_log = dir.join(format!("n1/logs/pods/default_mem_{mem_uid}/c/0.log"));

@@ -312,7 +312,8 @@ async fn get_output_formats_selectors_pagination_and_describe() {
     assert_contains(&o.stderr, "limit=2", "kubectl asked for pages of 2");
     assert_eq!(o.stderr.matches("continue=").count(), 2, "two continued pages after the first:\n{}", o.stderr);
     let table = k.ok(&["get", "configmaps", "--chunk-size=2"]);
-    assert_eq!(lines(&table).len(), 1 + 6, "header + 6 configmaps, once each:\n{table}");
+    let own = lines(&table).into_iter().skip(1).filter(|l| !l.starts_with(ROOT_CA)).count();
+    assert_eq!(own, 6, "6 configmaps (besides {ROOT_CA}), once each:\n{table}");
 
     // describe.
     let d = k.ok(&["describe", "pod", "seed"]);
@@ -520,18 +521,18 @@ async fn delete_cascades_and_namespaces() {
     }
     k.ok(&["create", "namespace", "keep"]);
     k.ok(&["-n", "keep", "create", "configmap", "kept", "--from-literal=k=v"]);
+    // --all takes the published root CA too (as in Kubernetes); its publisher puts it back.
     let out = k.ok(&["delete", "configmap", "--all"]);
-    assert_eq!(sorted(&lines(&out)), sorted(&[r#"configmap "c1" deleted"#, r#"configmap "c2" deleted"#, r#"configmap "c3" deleted"#]));
-    let o = k.run(&["get", "configmaps"]);
-    assert!(o.success() && o.stdout.trim().is_empty(), "{o}");
-    assert_contains(&o.stderr, "No resources found in default namespace.", "after delete --all");
-    assert_eq!(k.names(&["configmaps", "-n", "keep"]), ["configmap/kept"], "delete --all stays in its namespace");
+    let deleted: Vec<&str> = lines(&out).into_iter().filter(|l| !l.contains(ROOT_CA)).collect();
+    assert_eq!(sorted(&deleted), sorted(&[r#"configmap "c1" deleted"#, r#"configmap "c2" deleted"#, r#"configmap "c3" deleted"#]));
+    assert!(without_root_ca(k.names(&["configmaps"])).is_empty(), "after delete --all");
+    assert_eq!(without_root_ca(k.names(&["configmaps", "-n", "keep"])), ["configmap/kept"], "delete --all stays in its namespace");
     // delete by label selector.
     k.ok(&["create", "configmap", "sel-a", "--from-literal=k=v"]);
     k.ok(&["create", "configmap", "sel-b", "--from-literal=k=v"]);
     k.ok(&["label", "configmap", "sel-a", "gone=yes"]);
     assert_eq!(k.ok(&["delete", "configmap", "-l", "gone=yes"]).trim(), r#"configmap "sel-a" deleted"#);
-    assert_eq!(k.names(&["configmaps"]), ["configmap/sel-b"]);
+    assert_eq!(without_root_ca(k.names(&["configmaps"])), ["configmap/sel-b"]);
 
     // Deleting a namespace deletes its content, then the namespace.
     k.ok(&["create", "namespace", "demo"]);
@@ -539,7 +540,7 @@ async fn delete_cascades_and_namespaces() {
     kd.ok(&["create", "configmap", "a", "--from-literal=x=1"]);
     kd.ok(&["create", "deployment", "d", "--image=nginx"]);
     kd.ok(&["apply", "-f", &fixture("app.yaml")]);
-    assert_eq!(kd.names(&["pods,cm", "-l", "!pod-template-hash"]).len(), 3);
+    assert_eq!(without_root_ca(kd.names(&["pods,cm", "-l", "!pod-template-hash"])).len(), 3);
     assert_eq!(k.ok(&["delete", "namespace", "demo"]).trim(), r#"namespace "demo" deleted"#);
     eventually(30 * SECOND, "namespace demo is gone", || {
         let o = k.run(&["get", "namespace", "demo"]);
@@ -554,9 +555,15 @@ async fn delete_cascades_and_namespaces() {
         .map(|o| format!("{}/{}", o["kind"], o["metadata"]["name"]))
         .collect();
     assert!(left.is_empty(), "objects of the deleted namespace remain: {left:?}");
+    // A re-created namespace starts with nothing but what every namespace gets: the
+    // `default` ServiceAccount and the published root CA.
     k.ok(&["create", "namespace", "demo"]);
-    let o = kd.run(&["get", "all,cm"]);
-    assert!(o.success() && o.stdout.trim().is_empty(), "a re-created namespace starts empty: {o}");
+    eventually(30 * SECOND, "the re-created namespace demo has its default ServiceAccount and root CA", || {
+        let got = kd.names(&["all,cm,sa"]);
+        (got == ["configmap/kube-root-ca.crt", "serviceaccount/default"]).then_some(()).ok_or_else(|| format!("{got:?}"))
+    });
+    let ca = kd.ok(&["get", "configmap", ROOT_CA, "-o", "jsonpath={.data.ca\\.crt}"]);
+    assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"), "kube-root-ca.crt holds the cluster CA: {ca}");
 
     // A namespace held by a finalizer stays Terminating: its content is removed and
     // nothing new may be created in it.
@@ -889,7 +896,7 @@ async fn every_replica_serves_and_reads_are_linearizable() {
     }
     // Every replica lists the same objects and the same tables.
     let expected = k.names(&["configmaps,deployments"]);
-    assert_eq!(expected.len(), 6, "{expected:?}");
+    assert_eq!(without_root_ca(expected.clone()).len(), 6, "{expected:?}");
     for kj in &ctx {
         assert_eq!(kj.names(&["configmaps,deployments"]), expected);
         let table = kj.ok(&["get", "deployments"]);
@@ -1101,8 +1108,9 @@ async fn kubectl_1_27_1_30_and_1_33_apply_get_delete() {
         assert_eq!(k.ok(&["delete", "deployment", "ssa"]).trim(), r#"deployment.apps "ssa" deleted"#, "kubectl {v}");
         // The Deployments' pods go with them, collected asynchronously.
         eventually(30 * SECOND, &format!("kubectl {v}: everything deleted"), || {
-            let o = k.run(&["get", "pods,deployments,replicasets,services,configmaps"]);
-            (o.success() && o.stdout.trim().is_empty()).then_some(()).ok_or_else(|| o.to_string())
+            let o = k.run(&["get", "pods,deployments,replicasets,services,configmaps", "-o", "name"]);
+            let left = without_root_ca(lines(&o.stdout).into_iter().map(String::from).collect());
+            (o.success() && left.is_empty()).then_some(()).ok_or_else(|| o.to_string())
         });
         let e = k.ok(&["explain", "pods.spec.restartPolicy"]);
         assert_contains(&e, "restartPolicy", &format!("kubectl {v} explain"));
@@ -1175,4 +1183,12 @@ async fn kubectl_create_sends_protobuf() {
     assert_contains(&o.stderr, r#"configmaps "pbcm" already exists"#, "duplicate create with a protobuf body");
 
     tc.stop().await;
+}
+
+/// The ConfigMap the root CA publisher keeps in every namespace.
+const ROOT_CA: &str = "kube-root-ca.crt";
+
+/// `kubectl get -o name` names without the published root CA.
+fn without_root_ca(names: Vec<String>) -> Vec<String> {
+    names.into_iter().filter(|n| n != "configmap/kube-root-ca.crt").collect()
 }

@@ -1,5 +1,6 @@
 //! Mutating admission of built-in plugins that Kubernetes enables by default, as pure
-//! functions of the object being created. Today: DefaultTolerationSeconds.
+//! functions of the object being created: DefaultTolerationSeconds and ServiceAccount
+//! (the token volume every pod mounts unless it opts out).
 
 use serde_json::{json, Value};
 
@@ -12,10 +13,57 @@ pub const DEFAULT_TOLERATION_SECONDS: i64 = 300;
 const NOT_READY: &str = "node.kubernetes.io/not-ready";
 const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 
-/// Admission on create: what the enabled plugins change in `obj`.
-pub fn admit_create(def: &ResourceDef, obj: &mut Value) {
+/// Where the ServiceAccount plugin mounts the token, CA and namespace in each container.
+pub const SERVICE_ACCOUNT_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+const ACCESS_VOLUME_PREFIX: &str = "kube-api-access-";
+
+/// Admission on create: what the enabled plugins change in `obj`. `suffix` names the
+/// service-account volume (`kube-api-access-<suffix>`).
+pub fn admit_create(def: &ResourceDef, obj: &mut Value, suffix: &str) {
     if (def.group, def.kind) == ("", "Pod") {
         default_toleration_seconds(obj, DEFAULT_TOLERATION_SECONDS, DEFAULT_TOLERATION_SECONDS);
+        mount_service_account_token(obj, suffix);
+    }
+}
+
+/// Kubernetes' ServiceAccount plugin, its mutating part: the pod runs as `default` unless
+/// it names an account, and unless `automountServiceAccountToken` is false it gets a
+/// projected volume (a bound token that expires after 3607 s, the `kube-root-ca.crt`
+/// CA and the namespace) mounted read-only at [`SERVICE_ACCOUNT_MOUNT_PATH`] in every
+/// container and init container that does not already mount something there.
+/// (Kubernetes also honours the ServiceAccount's own `automountServiceAccountToken`;
+/// here only the pod's is read.)
+pub fn mount_service_account_token(pod: &mut Value, suffix: &str) {
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    spec.entry("serviceAccountName").or_insert(json!("default"));
+    if spec.get("automountServiceAccountToken") == Some(&json!(false)) {
+        return;
+    }
+    let volumes = spec.entry("volumes").or_insert(json!([]));
+    let Some(volumes) = volumes.as_array_mut() else { return };
+    let existing = volumes.iter().find_map(|v| v.get("name").and_then(Value::as_str).filter(|n| n.starts_with(ACCESS_VOLUME_PREFIX)).map(str::to_string));
+    let name = match existing {
+        Some(n) => n,
+        None => {
+            let name = format!("{ACCESS_VOLUME_PREFIX}{suffix}");
+            volumes.push(json!({"name": name, "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+            ]}}));
+            name
+        }
+    };
+    for list in ["initContainers", "containers"] {
+        let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) else { continue };
+        for c in containers.iter_mut().filter_map(Value::as_object_mut) {
+            let mounts = c.entry("volumeMounts").or_insert(json!([]));
+            let Some(mounts) = mounts.as_array_mut() else { continue };
+            if mounts.iter().any(|m| m.get("mountPath").and_then(Value::as_str) == Some(SERVICE_ACCOUNT_MOUNT_PATH)) {
+                continue;
+            }
+            mounts.push(json!({"name": name, "mountPath": SERVICE_ACCOUNT_MOUNT_PATH, "readOnly": true}));
+        }
     }
 }
 
@@ -59,7 +107,7 @@ mod tests {
         if tolerations.is_null() {
             pod["spec"].as_object_mut().unwrap().remove("tolerations");
         }
-        admit_create(crate::catalog::lookup("", "v1", "pods").unwrap(), &mut pod);
+        admit_create(crate::catalog::lookup("", "v1", "pods").unwrap(), &mut pod, "x2b4z");
         pod["spec"]["tolerations"].clone()
     }
 
@@ -104,7 +152,43 @@ mod tests {
     #[test]
     fn only_pods_are_changed() {
         let mut rs = json!({"spec": {"template": {"spec": {}}}});
-        admit_create(crate::catalog::lookup("apps", "v1", "replicasets").unwrap(), &mut rs);
+        admit_create(crate::catalog::lookup("apps", "v1", "replicasets").unwrap(), &mut rs, "x2b4z");
         assert_eq!(rs, json!({"spec": {"template": {"spec": {}}}}));
+    }
+
+    fn access_mounts(c: &Value) -> Vec<&Value> {
+        c["volumeMounts"].as_array().map(|m| m.iter().filter(|m| m["mountPath"] == SERVICE_ACCOUNT_MOUNT_PATH).collect()).unwrap_or_default()
+    }
+
+    #[test]
+    fn every_container_mounts_the_service_account_volume() {
+        let mut pod = json!({"spec": {"initContainers": [{"name": "i", "image": "x"}], "containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "x", "volumeMounts": [{"name": "w", "mountPath": "/w"}]}]}});
+        mount_service_account_token(&mut pod, "x2b4z");
+        assert_eq!(pod["spec"]["serviceAccountName"], "default");
+        let volumes = pod["spec"]["volumes"].as_array().unwrap();
+        assert_eq!(volumes.len(), 1);
+        assert_eq!(volumes[0]["name"], "kube-api-access-x2b4z");
+        let sources = volumes[0]["projected"]["sources"].as_array().unwrap();
+        assert_eq!(sources[0]["serviceAccountToken"], json!({"expirationSeconds": 3607, "path": "token"}));
+        assert_eq!(sources[1]["configMap"]["name"], "kube-root-ca.crt");
+        assert_eq!(sources[2]["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"], "metadata.namespace");
+        for c in pod["spec"]["initContainers"].as_array().unwrap().iter().chain(pod["spec"]["containers"].as_array().unwrap()) {
+            let m = access_mounts(c);
+            assert_eq!(m.len(), 1, "{c}");
+            assert_eq!((m[0]["name"].as_str(), m[0]["readOnly"].as_bool()), (Some("kube-api-access-x2b4z"), Some(true)));
+        }
+        assert_eq!(pod["spec"]["containers"][1]["volumeMounts"].as_array().unwrap().len(), 2, "own mounts are kept");
+    }
+
+    #[test]
+    fn opting_out_or_an_own_mount_at_the_path_is_respected() {
+        let mut out = json!({"spec": {"serviceAccountName": "builder", "automountServiceAccountToken": false, "containers": [{"name": "a", "image": "x"}]}});
+        mount_service_account_token(&mut out, "x2b4z");
+        assert_eq!(out["spec"]["serviceAccountName"], "builder");
+        assert!(out["spec"].get("volumes").is_none() && out["spec"]["containers"][0].get("volumeMounts").is_none(), "{out}");
+        let own = json!({"name": "mine", "mountPath": SERVICE_ACCOUNT_MOUNT_PATH});
+        let mut pod = json!({"spec": {"containers": [{"name": "a", "image": "x", "volumeMounts": [own.clone()]}]}});
+        mount_service_account_token(&mut pod, "x2b4z");
+        assert_eq!(pod["spec"]["containers"][0]["volumeMounts"], json!([own]));
     }
 }

@@ -1,7 +1,8 @@
 //! This API server's identity Lease, as Kubernetes' API servers keep one
 //! (`kube-system/apiserver-<name>`, label `apiserver.kubernetes.io/identity=kube-apiserver`,
 //! renewed every 10 s, valid for an hour), annotated with the address its API is served at.
-//! Clients' balancers learn every server's address from these Leases.
+//! Clients' balancers learn every server's address from these Leases, and after each
+//! renewal the `kubernetes` Service's endpoints are brought up to date from them.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -49,8 +50,13 @@ pub(crate) async fn keep(registry: Registry, id: ServerIdentity, shutdown: Cance
         let r = registry
             .update_with(def, Some("kube-system"), &name, UpdateScope::Main, false, |cur| Ok(Some(identity_lease(&id, &holder, cur, &now_micro_rfc3339()))))
             .await;
-        if let Err(e) = r {
-            tracing::debug!(error = %e, "renewing this API server's identity lease");
+        match r {
+            Ok(_) => {
+                if let Err(e) = crate::kubernetes_service::reconcile(&registry).await {
+                    tracing::debug!(error = %e, "reconciling the kubernetes Service's endpoints");
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "renewing this API server's identity lease"),
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,

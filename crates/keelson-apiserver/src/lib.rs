@@ -22,6 +22,7 @@ pub mod auth;
 pub mod http;
 pub mod identity_lease;
 pub mod join;
+pub mod kubernetes_service;
 pub mod join_client;
 pub mod lease_fence;
 pub mod meta;

@@ -1,17 +1,14 @@
-//! Built-in namespaces, and emptying a namespace that is being deleted.
+//! Built-in namespaces, join tokens and the default RBAC policy, created at start.
 //!
-//! Deleting a namespace marks it `Terminating` (nothing new may be created in it); this
-//! task then deletes everything in it and finally the namespace itself. Any replica may
-//! run it: every step is idempotent and the last one is fenced on the namespace's
-//! revision.
+//! Deleting a namespace marks it `Terminating` (nothing new may be created in it); the
+//! controller manager's namespace controller then deletes everything in it through the
+//! API and removes the `kubernetes` finalizer, which deletes the namespace.
 
 use serde_json::json;
 
-use crate::catalog::{self, RESOURCES};
+use crate::catalog;
 use crate::error::ApiError;
-use crate::meta;
 use crate::registry::Registry;
-use crate::storage::{list_prefix, object_key};
 
 pub const BUILTIN: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
 
@@ -49,27 +46,4 @@ pub async fn ensure_rbac_defaults(registry: &Registry) -> Result<(), ApiError> {
         }
     }
     Ok(())
-}
-
-/// Deletes all content of a terminating namespace, then the namespace.
-#[tracing::instrument(name = "namespace_cleanup", skip(registry))]
-pub async fn finalize(registry: &Registry, ns: &str) -> Result<(), ApiError> {
-    let def = catalog::lookup("", "v1", "namespaces").expect("namespaces are served");
-    let Some(current) = registry.store.get(&object_key(def, None, ns)).await? else { return Ok(()) };
-    if !meta::is_deleting(&current.obj) {
-        return Ok(());
-    }
-    for r in RESOURCES.iter().filter(|r| r.namespaced) {
-        registry.store.delete_prefix(&list_prefix(r, Some(ns))).await?;
-    }
-    // Drop the namespace's own finalizer, which deletes it unless others remain.
-    registry
-        .update_with(def, None, ns, meta::UpdateScope::Main, false, |cur| {
-            let mut o = cur.cloned().ok_or_else(|| ApiError::not_found("namespaces", ns))?;
-            o["spec"]["finalizers"] = json!([]);
-            Ok(Some(o))
-        })
-        .await
-        .map(|_| ())
-        .or_else(|e| if matches!(e, ApiError::NotFound { .. }) { Ok(()) } else { Err(e) })
 }

@@ -127,7 +127,7 @@ impl Registry {
     pub async fn create(&self, def: &ResourceDef, ns: Option<&str>, mut obj: Value, dry_run: bool) -> Result<Value, ApiError> {
         meta::prepare_create(def, &mut obj, ns, &mint())?;
         strategy::apply_defaults(def, &mut obj, true);
-        crate::admission::admit_create(def, &mut obj);
+        crate::admission::admit_create(def, &mut obj, &mint().suffix);
         if meta::name_of(&obj).is_empty() {
             return Err(ApiError::invalid(def.kind, def.group, "", vec![crate::error::Cause::required("metadata.name")]));
         }

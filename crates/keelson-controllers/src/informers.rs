@@ -62,8 +62,17 @@ where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     F: Fn(&K) + Send + 'static,
 {
+    reflect_selected(api, watcher::Config::default(), denials, route)
+}
+
+/// [`reflect`] of the objects `config` selects (by label or field).
+pub(crate) fn reflect_selected<K, F>(api: Api<K>, config: watcher::Config, denials: Arc<keelson_component::denied::DenialReporter>, route: F) -> (Store<K>, tokio::task::JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    F: Fn(&K) + Send + 'static,
+{
     let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()));
+    let stream = reflector::reflector(writer, watcher(api, config));
     let task = tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
@@ -143,6 +152,7 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
                 crate::deployment::run(ctx.clone(), deployment_rx),
                 crate::garbage::run(ctx.clone()),
                 crate::workloads::run(term.clone()),
+                crate::namespaces::run(term.clone(), config.root_ca_pem.clone()),
                 crate::node_informers::run(term.clone(), ctx.pods.clone(), config),
                 crate::services::run(term.clone()),
             );

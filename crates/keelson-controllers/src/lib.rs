@@ -10,6 +10,9 @@
 //! ([`job`], …) have their own reflectors and queues (`workloads`), and so do the service
 //! controllers ([`endpointslice`], [`endpoints`], [`servicelb`]: `services`).
 //!
+//! The namespace controllers ([`namespace`] deletion, [`serviceaccount`], [`rootcacert`])
+//! share the reflectors of `namespaces`.
+//!
 //! The node controllers ([`nodeipam`], [`nodelifecycle`], [`tainteviction`]) share the
 //! Node and node-Lease reflectors of `node_informers` and the pod reflector above; their
 //! settings are the [`ControllerConfig`] the process gives.
@@ -23,13 +26,17 @@ pub mod expectations;
 pub mod garbage;
 mod informers;
 pub mod job;
+pub mod namespace;
+mod namespaces;
 mod node_informers;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod pods;
 pub mod replicaset;
 pub mod revisions;
+pub mod rootcacert;
 pub mod selector;
+pub mod serviceaccount;
 pub mod servicelb;
 mod services;
 pub mod statefulset;
@@ -47,17 +54,24 @@ pub struct ControllerConfig {
     pub node_ipam: nodeipam::IpamConfig,
     /// `--node-monitor-period`, `--node-monitor-grace-period`, `--node-startup-grace-period`.
     pub node_lifecycle: nodelifecycle::LifecycleConfig,
+    /// The cluster CA certificate (PEM) published as `kube-root-ca.crt` in every namespace
+    /// (`--root-ca-file`); the process's own CA when empty.
+    pub root_ca_pem: String,
 }
 
 /// Runs the controller manager component until `shutdown`.
-pub async fn run(access: ControlPlaneAccess, config: ControllerConfig, shutdown: CancellationToken) {
+pub async fn run(access: ControlPlaneAccess, mut config: ControllerConfig, shutdown: CancellationToken) {
+    if config.root_ca_pem.is_empty() {
+        config.root_ca_pem = access.ca.cert_pem().to_string();
+    }
     keelson_component::run_elected(access, KUBE_CONTROLLER_MANAGER, shutdown, move |term| lead(term, config.clone())).await;
 }
 
 /// Runs the controllers, with the default settings, under another component identity and
 /// Lease (tests of what a component does when its role does not allow something).
 pub async fn run_as(access: ControlPlaneAccess, spec: ComponentSpec, shutdown: CancellationToken) {
-    keelson_component::run_elected(access, spec, shutdown, |term| lead(term, ControllerConfig::default())).await;
+    let config = ControllerConfig { root_ca_pem: access.ca.cert_pem().to_string(), ..Default::default() };
+    keelson_component::run_elected(access, spec, shutdown, move |term| lead(term, config.clone())).await;
 }
 
 /// One term as the active controller manager: every controller runs until it ends.

@@ -84,6 +84,7 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
         logs_dir,
         dns_servers: cfg.dns_servers.clone(),
         host_dns: crate::pod::dns::parse_resolv_conf(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default()),
+        tokens: Default::default(),
     });
     serve_pods(ctx.clone(), &cfg.node_name, shutdown.clone()).await;
     if cfg.stop_pods_on_exit {

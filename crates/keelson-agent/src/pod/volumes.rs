@@ -4,7 +4,7 @@
 //! timestamped directory, a `..data` symlink swapped in one rename, and one symlink per
 //! key — so a container sees every update at once and never a half-written file.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -153,18 +153,18 @@ pub fn volume_dir(pods_dir: &Path, uid: &str, plugin: &str, name: &str) -> PathB
 
 /// Prepares every volume of `pod` (writing or refreshing its files) and returns the host
 /// path of each by volume name.
-pub async fn prepare(client: &kube::Client, pod: &Pod, pods_dir: &Path) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
+pub async fn prepare(client: &kube::Client, tokens: &TokenCache, pod: &Pod, pods_dir: &Path) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let mut out = BTreeMap::new();
     for v in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
-        let path = prepare_one(client, pod, &ns, &uid, v, pods_dir).await?;
+        let path = prepare_one(client, tokens, pod, &ns, &uid, v, pods_dir).await?;
         out.insert(v.name.clone(), path);
     }
     Ok(out)
 }
 
-async fn prepare_one(client: &kube::Client, pod: &Pod, ns: &str, uid: &str, v: &Volume, pods_dir: &Path) -> Result<PathBuf, VolumeError> {
+async fn prepare_one(client: &kube::Client, tokens: &TokenCache, pod: &Pod, ns: &str, uid: &str, v: &Volume, pods_dir: &Path) -> Result<PathBuf, VolumeError> {
     let io = |e: std::io::Error| VolumeError::Io { volume: v.name.clone(), message: e.to_string() };
     if let Some(host) = &v.host_path {
         let p = PathBuf::from(&host.path);
@@ -233,7 +233,7 @@ async fn prepare_one(client: &kube::Client, pod: &Pod, ns: &str, uid: &str, v: &
                 }
             }
             if let Some(t) = &source.service_account_token {
-                let token = service_account_token(client, pod, ns, t.expiration_seconds.unwrap_or(3607), t.audience.as_deref()).await?;
+                let token = tokens.token(client, pod, ns, t.expiration_seconds.unwrap_or(3607), t.audience.as_deref()).await?;
                 files.insert(t.path.clone(), (token.into_bytes(), 0o600.min(mode)));
             }
         }
@@ -324,17 +324,48 @@ where
     Api::<K>::namespaced(client.clone(), ns).get_opt(name).await.map_err(|source| VolumeError::Api { what, name: name.into(), source })
 }
 
-async fn service_account_token(client: &kube::Client, pod: &Pod, ns: &str, seconds: i64, audience: Option<&str>) -> Result<String, VolumeError> {
-    let sa = pod.spec.as_ref().and_then(|s| s.service_account_name.clone()).unwrap_or_else(|| "default".into());
-    let body = serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-        "spec": {"expirationSeconds": seconds.max(600), "audiences": audience.map(|a| vec![a]).unwrap_or_default(),
-                 "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod.metadata.name, "uid": pod.metadata.uid}}});
-    let req = http::Request::post(format!("/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token"))
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&body).unwrap_or_default())
-        .map_err(|e| VolumeError::Io { volume: "token".into(), message: e.to_string() })?;
-    let v: serde_json::Value = client.request(req).await.map_err(|source| VolumeError::Api { what: "serviceaccount token", name: sa.clone(), source })?;
-    Ok(v["status"]["token"].as_str().unwrap_or_default().to_string())
+/// Bound service-account tokens the agent holds, one per (pod, account, audience,
+/// lifetime), each reused until 80 % of its lifetime has passed, as the kubelet's token
+/// manager does, so a volume refresh does not ask the API for a new token every time.
+#[derive(Default)]
+pub struct TokenCache(std::sync::Mutex<HashMap<TokenKey, (String, std::time::Instant, std::time::Duration)>>);
+
+type TokenKey = (String, String, Option<String>, i64);
+
+impl TokenCache {
+    /// A token for `pod`'s service account: the cached one while it is fresh, else a new
+    /// one from the TokenRequest API.
+    pub async fn token(&self, client: &kube::Client, pod: &Pod, ns: &str, seconds: i64, audience: Option<&str>) -> Result<String, VolumeError> {
+        let sa = pod.spec.as_ref().and_then(|s| s.service_account_name.clone()).unwrap_or_else(|| "default".into());
+        let key = (pod.metadata.uid.clone().unwrap_or_default(), sa.clone(), audience.map(str::to_string), seconds);
+        if let Some(token) = self.fresh(&key) {
+            return Ok(token);
+        }
+        let lifetime = seconds.max(600);
+        let body = serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": lifetime, "audiences": audience.map(|a| vec![a]).unwrap_or_default(),
+                     "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod.metadata.name, "uid": pod.metadata.uid}}});
+        let req = http::Request::post(format!("/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token"))
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&body).unwrap_or_default())
+            .map_err(|e| VolumeError::Io { volume: "token".into(), message: e.to_string() })?;
+        let v: serde_json::Value = client.request(req).await.map_err(|source| VolumeError::Api { what: "serviceaccount token", name: sa.clone(), source })?;
+        let token = v["status"]["token"].as_str().unwrap_or_default().to_string();
+        self.keep(key, token.clone(), std::time::Duration::from_secs(lifetime as u64));
+        Ok(token)
+    }
+
+    fn fresh(&self, key: &TokenKey) -> Option<String> {
+        let m = self.0.lock().expect("token cache lock");
+        let (token, at, lifetime) = m.get(key)?;
+        (at.elapsed() < lifetime.mul_f64(0.8)).then(|| token.clone())
+    }
+
+    fn keep(&self, key: TokenKey, token: String, lifetime: std::time::Duration) {
+        let mut m = self.0.lock().expect("token cache lock");
+        m.retain(|_, (_, at, life)| at.elapsed() < *life);
+        m.insert(key, (token, std::time::Instant::now(), lifetime));
+    }
 }
 
 /// The mounts of one container, from its volumeMounts and the prepared volumes.

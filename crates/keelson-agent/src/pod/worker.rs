@@ -41,6 +41,8 @@ pub struct PodContext {
     pub dns_servers: Vec<String>,
     /// The node's own resolv.conf, for `dnsPolicy: Default` and host-network pods.
     pub host_dns: crate::pod::dns::ResolvConf,
+    /// Service-account tokens of projected volumes, reused while fresh.
+    pub tokens: volumes::TokenCache,
 }
 
 fn now_ns() -> i64 {
@@ -224,7 +226,7 @@ async fn refresh_volumes(ctx: &PodContext, pod: &Pod, state: &mut WorkerState) {
     if now_ns() - at < VOLUME_REFRESH.as_nanos() as i64 {
         return;
     }
-    match volumes::prepare(&ctx.client, pod, &ctx.pods_dir).await {
+    match volumes::prepare(&ctx.client, &ctx.tokens, pod, &ctx.pods_dir).await {
         Ok(v) => state.volumes = Some((v, now_ns())),
         Err(e) => tracing::info!(error = %e, "refreshing volumes"),
     }
@@ -392,7 +394,7 @@ async fn start_container(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, o
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let fresh = state.volumes.as_ref().is_some_and(|(_, at)| now_ns() - at < VOLUME_REFRESH.as_nanos() as i64);
     if !fresh {
-        match volumes::prepare(&ctx.client, pod, &ctx.pods_dir).await {
+        match volumes::prepare(&ctx.client, &ctx.tokens, pod, &ctx.pods_dir).await {
             Ok(v) => state.volumes = Some((v, now_ns())),
             Err(e) => {
                 ctx.event(pod, None, EventType::Warning, "FailedMount", &format!("MountVolume.SetUp failed: {e}")).await;

@@ -147,17 +147,8 @@ pub(crate) async fn handle(state: &Arc<ApiState>, reg: &Registry, rr: ResourceRe
             let opts = delete_options(&q, &headers, &body)?;
             match reg.delete(def, ns.as_deref(), &name, &opts).await? {
                 Deleted::Gone(obj) => object_response(StatusCode::OK, def, &obj, repr, &q),
-                Deleted::Pending(obj) => {
-                    if def.group.is_empty() && def.kind == "Namespace" && !opts.dry_run {
-                        let st = state.clone();
-                        tokio::spawn(async move {
-                            if let Err(e) = crate::namespaces::finalize(&st.registry, &name).await {
-                                tracing::warn!(namespace = %name, error = %e, "namespace cleanup");
-                            }
-                        });
-                    }
-                    object_response(StatusCode::ACCEPTED, def, &obj, repr, &q)
-                }
+                // A namespace's content is deleted by the namespace controller.
+                Deleted::Pending(obj) => object_response(StatusCode::ACCEPTED, def, &obj, repr, &q),
             }
         }
         (Method::DELETE, None) => {
