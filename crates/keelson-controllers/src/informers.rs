@@ -6,14 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use keelson_component::events::EventRecorder;
 use keelson_component::Leadership;
 use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher::{self, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::Resource;
 
 use crate::expectations::Expectations;
@@ -65,31 +64,23 @@ where
     reflect_selected(api, watcher::Config::default(), denials, route)
 }
 
-/// [`reflect`] of the objects `config` selects (by label or field).
+/// [`reflect`] of the objects `config` selects (by label or field). A watch the
+/// component's role does not allow is reported as a denial.
 pub(crate) fn reflect_selected<K, F>(api: Api<K>, config: watcher::Config, denials: Arc<keelson_component::denied::DenialReporter>, route: F) -> (Store<K>, tokio::task::JoinHandle<()>)
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     F: Fn(&K) + Send + 'static,
 {
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config));
-    let task = tokio::spawn(async move {
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o)) => route(&o),
-                Ok(_) => {}
-                Err(e) => {
-                    match keelson_component::denied::forbidden_in_watch(&e) {
-                        Some(m) => denials.report(&m).await,
-                        None => tracing::debug!(error = %e, "controller watch; retrying"),
-                    }
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
+    let on_error = move |e: watcher::Error| {
+        let denials = denials.clone();
+        async move {
+            match keelson_component::denied::forbidden_in_watch(&e) {
+                Some(m) => denials.report(&m).await,
+                None => tracing::debug!(error = %e, "controller watch; retrying"),
             }
         }
-    });
-    (store, task)
+    };
+    keelson_component::mirror::routed_reflector(api, config, move |c| c.object().into_iter().for_each(&route), on_error)
 }
 
 /// Runs every controller until the term ends.

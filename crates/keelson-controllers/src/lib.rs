@@ -31,6 +31,7 @@ mod namespaces;
 mod node_informers;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod pod_creation;
 pub mod pods;
 pub mod replicaset;
 pub mod revisions;

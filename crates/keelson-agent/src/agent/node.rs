@@ -65,12 +65,18 @@ impl NodeReporter {
             body["spec"] = json!({"podCIDR": cidr, "podCIDRs": [cidr]});
         }
         let node: Node = serde_json::from_value(body).expect("a valid Node");
-        match self.nodes().create(&PostParams::default(), &node).await {
-            Ok(_) => tracing::info!(node = %name, "node registered"),
-            Err(kube::Error::Api(s)) if s.code == 409 => tracing::info!(node = %name, "node was registered before"),
+        let current = match self.nodes().create(&PostParams::default(), &node).await {
+            Ok(created) => {
+                tracing::info!(node = %name, "node registered");
+                Some(created)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                tracing::info!(node = %name, "node was registered before");
+                self.nodes().get_opt(name).await.map_err(err)?
+            }
             Err(e) => return Err(err(e)),
-        }
-        self.report().await.map_err(err)?;
+        };
+        self.report(current.as_ref()).await.map_err(err)?;
         Ok(())
     }
 
@@ -132,12 +138,12 @@ impl NodeReporter {
         (facts, health)
     }
 
-    /// Writes the Node's status once.
-    pub async fn report(&self) -> Result<(), kube::Error> {
+    /// Writes the Node's status once; `current` is the Node as last read.
+    pub async fn report(&self, current: Option<&Node>) -> Result<(), kube::Error> {
         let (facts, health) = self.facts().await;
         let mut status = node_status_of(&facts, &health, &now());
         // Conditions keep their lastTransitionTime while their status holds.
-        if let Ok(Some(old)) = self.nodes().get_opt(&self.cfg.node_name).await {
+        if let Some(old) = current.cloned() {
             let old_conditions = old.status.and_then(|s| s.conditions).unwrap_or_default();
             for c in status["conditions"].as_array_mut().into_iter().flatten() {
                 if let Some(o) = old_conditions.iter().find(|o| Some(o.type_.as_str()) == c["type"].as_str() && Some(o.status.as_str()) == c["status"].as_str()) {
@@ -151,9 +157,10 @@ impl NodeReporter {
         Ok(())
     }
 
-    async fn renew_lease(&self) -> Result<(), kube::Error> {
+    /// Renews the node's Lease, owned by `current` (the Node as last read).
+    async fn renew_lease(&self, current: Option<&Node>) -> Result<(), kube::Error> {
         let name = &self.cfg.node_name;
-        let owner = self.nodes().get_opt(name).await?.and_then(|n| n.metadata.uid);
+        let owner = current.and_then(|n| n.metadata.uid.clone());
         let mut lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name},
             "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": micro_now()}});
         if let Some(uid) = owner {
@@ -184,10 +191,19 @@ impl NodeReporter {
         let status = tokio::spawn(async move {
             let mut routes = BTreeSet::new();
             loop {
-                if let Err(e) = me.renew_lease().await {
+                // One read of the Node per heartbeat: its uid owns the Lease, its
+                // conditions' transition times carry over into the status.
+                let current = match me.nodes().get_opt(&me.cfg.node_name).await {
+                    Ok(n) => n,
+                    Err(e) => {
+                        tracing::info!(error = %e, "reading the Node");
+                        None
+                    }
+                };
+                if let Err(e) = me.renew_lease(current.as_ref()).await {
                     tracing::info!(error = %e, "renewing the node lease");
                 }
-                if let Err(e) = me.report().await {
+                if let Err(e) = me.report(current.as_ref()).await {
                     tracing::info!(error = %e, "reporting node status");
                 }
                 if me.cfg.manage_routes {

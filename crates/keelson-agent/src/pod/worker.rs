@@ -62,6 +62,9 @@ struct WorkerState {
     backoff_reported: HashMap<String, u32>,
     volumes: Option<(BTreeMap<String, PathBuf>, i64)>,
     last_status: Option<Value>,
+    /// Termination messages of exited containers by container id, read once (an exited
+    /// container's message file and log no longer change).
+    termination_messages: HashMap<String, String>,
 }
 
 struct Verdicts<'a>(&'a WorkerState, &'a Observed);
@@ -257,13 +260,16 @@ async fn report(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, observed: 
     }
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let log_dir = ctx.logs_dir.join(format!("{}_{}_{}", pod.metadata.namespace.as_deref().unwrap_or("default"), pod.metadata.name.as_deref().unwrap_or(""), uid));
+    state.termination_messages.retain(|id, _| observed.containers.iter().any(|c| &c.id == id));
     for info in &observed.containers {
         if let ContainerState::Exited { exit_code, .. } = info.state {
-            let fallback = find_container(pod, &info.name).is_some_and(|(c, _)| c.termination_message_policy.as_deref() == Some("FallbackToLogsOnError"));
-            let log = log_dir.join(&info.name).join(format!("{}.log", info.attempt));
-            let msg = volumes::termination_message(&ctx.pods_dir, &uid, &info.name, info.attempt, Some(&log), fallback, exit_code != 0);
+            let msg = state.termination_messages.entry(info.id.clone()).or_insert_with(|| {
+                let fallback = find_container(pod, &info.name).is_some_and(|(c, _)| c.termination_message_policy.as_deref() == Some("FallbackToLogsOnError"));
+                let log = log_dir.join(&info.name).join(format!("{}.log", info.attempt));
+                volumes::termination_message(&ctx.pods_dir, &uid, &info.name, info.attempt, Some(&log), fallback, exit_code != 0)
+            });
             if !msg.is_empty() {
-                know.messages.insert(info.id.clone(), msg);
+                know.messages.insert(info.id.clone(), msg.clone());
             }
         }
     }

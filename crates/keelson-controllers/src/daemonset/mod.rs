@@ -17,6 +17,7 @@ use kube::Resource;
 use tokio::time::Instant;
 
 use crate::informers::SyncError;
+use crate::pod_creation::{create_in_batches, Creator};
 use crate::workloads::WorkloadCtx;
 
 /// While pods are not all available the set is looked at again this often (availability
@@ -72,33 +73,9 @@ pub(crate) async fn sync(ctx: Arc<WorkloadCtx>, key: String) -> Result<Option<Du
         }
     }
     if !plan.create.is_empty() {
-        let mut rest = plan.create.as_slice();
-        for batch in crate::replicaset::reconcile::slow_start_batches(plan.create.len()) {
-            let (now, later) = rest.split_at(batch);
-            rest = later;
-            let templates: Vec<Pod> = now.iter().map(|node| reconcile::pod_for(&ds, node, &hash)).collect();
-            let pp = PostParams::default();
-            let results = futures::future::join_all(templates.iter().map(|t| api.create(&pp, t))).await;
-            let mut failure = None;
-            let mut names = Vec::new();
-            for r in results {
-                match r {
-                    Ok(p) => names.push(p.metadata.name.unwrap_or_default()),
-                    Err(e) => failure = Some(e),
-                }
-            }
-            ctx.expectations.created(&exp_key, names.iter().cloned(), Instant::now());
-            for n in &names {
-                ctx.daemonset_events.publish(&reference, EventType::Normal, "SuccessfulCreate", &format!("Created pod: {n}")).await;
-            }
-            if let Some(e) = failure {
-                if keelson_component::fence::is_fenced(&e) {
-                    return Err(SyncError::Fenced);
-                }
-                ctx.daemonset_events.publish(&reference, EventType::Warning, "FailedCreate", &format!("Error creating: {e}")).await;
-                return Err(SyncError::Api(e));
-            }
-        }
+        let who = Creator { expectations: &ctx.expectations, key: &exp_key, events: &ctx.daemonset_events, reference: &reference };
+        let templates: Vec<Pod> = plan.create.iter().map(|node| reconcile::pod_for(&ds, node, &hash)).collect();
+        create_in_batches(&api, &who, &templates).await?;
     }
     let mut status = plan.status.clone();
     status.conditions = ds.status.as_ref().and_then(|s| s.conditions.clone());

@@ -19,6 +19,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::informers::SyncError;
+use crate::pod_creation::{create_in_batches, Creator};
 use crate::pods::controller_of;
 use crate::workloads::WorkloadCtx;
 use reconcile::{Plan, TRACKING_FINALIZER};
@@ -94,44 +95,13 @@ async fn execute(ctx: &WorkloadCtx, exp_key: &str, job: &Job, plan: &Plan, pod_a
         }
     }
     if !plan.create.is_empty() {
-        create_pods(ctx, exp_key, job, pod_api, &plan.create).await?;
+        let who = Creator { expectations: &ctx.expectations, key: exp_key, events: &ctx.job_events, reference: &job.object_ref(&()) };
+        let templates: Vec<Pod> = plan.create.iter().map(|i| reconcile::pod_for(job, *i)).collect();
+        create_in_batches(pod_api, &who, &templates).await?;
     }
     for e in &plan.events {
         let ty = if e.warning { EventType::Warning } else { EventType::Normal };
         ctx.job_events.publish(&reference, ty, e.reason, &e.message).await;
-    }
-    Ok(())
-}
-
-/// Creates the planned pods in slow-start batches, stopping at the first failure.
-async fn create_pods(ctx: &WorkloadCtx, exp_key: &str, job: &Job, api: &Api<Pod>, indexes: &[Option<i32>]) -> Result<(), SyncError> {
-    let reference = job.object_ref(&());
-    let mut rest = indexes;
-    for batch in crate::replicaset::reconcile::slow_start_batches(indexes.len()) {
-        let (now, later) = rest.split_at(batch);
-        rest = later;
-        let pp = PostParams::default();
-        let templates: Vec<Pod> = now.iter().map(|i| reconcile::pod_for(job, *i)).collect();
-        let results = futures::future::join_all(templates.iter().map(|t| api.create(&pp, t))).await;
-        let mut failure = None;
-        let mut names = Vec::new();
-        for r in results {
-            match r {
-                Ok(p) => names.push(p.metadata.name.unwrap_or_default()),
-                Err(e) => failure = Some(e),
-            }
-        }
-        ctx.expectations.created(exp_key, names.iter().cloned(), Instant::now());
-        for n in &names {
-            ctx.job_events.publish(&reference, EventType::Normal, "SuccessfulCreate", &format!("Created pod: {n}")).await;
-        }
-        if let Some(e) = failure {
-            if keelson_component::fence::is_fenced(&e) {
-                return Err(SyncError::Fenced);
-            }
-            ctx.job_events.publish(&reference, EventType::Warning, "FailedCreate", &format!("Error creating: {e}")).await;
-            return Err(SyncError::Api(e));
-        }
     }
     Ok(())
 }

@@ -10,12 +10,13 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use keelson_component::events::EventType;
 use kube::Resource;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 use tokio::time::Instant;
 
 use crate::informers::{Ctx, SyncError};
+use crate::pod_creation::{create_in_batches, Creator};
 use crate::pods::controller_ref;
 use crate::work::WorkReceiver;
 
@@ -73,7 +74,9 @@ async fn sync(ctx: Arc<Ctx>, key: String) -> Result<Option<Duration>, SyncError>
         api.patch(pod, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"ownerReferences": refs}}))).await.map_err(SyncError::from_kube)?;
     }
     if actions.create > 0 {
-        create_pods(&ctx, &key, &rs, &api, actions.create).await?;
+        let who = Creator { expectations: &ctx.expectations, key: &key, events: &ctx.rs_events, reference: &rs.object_ref(&()) };
+        let template = pod_from_template(&rs);
+        create_in_batches(&api, &who, &vec![template; actions.create]).await?;
     }
     if !actions.delete.is_empty() {
         ctx.expectations.deleted(&key, actions.delete.iter().cloned(), Instant::now());
@@ -101,35 +104,5 @@ async fn sync(ctx: Arc<Ctx>, key: String) -> Result<Option<Duration>, SyncError>
     let min_ready = rs.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0);
     let waiting = actions.status.ready_replicas.unwrap_or(0) > actions.status.available_replicas.unwrap_or(0);
     Ok((min_ready > 0 && waiting).then(|| Duration::from_secs(min_ready as u64)))
-}
-
-/// Creates `n` pods in slow-start batches (1, 2, 4, …), stopping at the first failure.
-async fn create_pods(ctx: &Ctx, key: &str, rs: &ReplicaSet, api: &Api<Pod>, n: usize) -> Result<(), SyncError> {
-    let template = pod_from_template(rs);
-    for batch in reconcile::slow_start_batches(n) {
-        let pp = PostParams::default();
-        let creates = (0..batch).map(|_| api.create(&pp, &template));
-        let results = futures::future::join_all(creates).await;
-        let mut failure = None;
-        let mut names = Vec::new();
-        for r in results {
-            match r {
-                Ok(p) => names.push(p.metadata.name.unwrap_or_default()),
-                Err(e) => failure = Some(e),
-            }
-        }
-        ctx.expectations.created(key, names.iter().cloned(), Instant::now());
-        for name in &names {
-            ctx.rs_events.publish(&rs.object_ref(&()), EventType::Normal, "SuccessfulCreate", &format!("Created pod: {name}")).await;
-        }
-        if let Some(e) = failure {
-            if keelson_component::fence::is_fenced(&e) {
-                return Err(SyncError::Fenced);
-            }
-            ctx.rs_events.publish(&rs.object_ref(&()), EventType::Warning, "FailedCreate", &format!("Error creating: {e}")).await;
-            return Err(SyncError::Api(e));
-        }
-    }
-    Ok(())
 }
 
