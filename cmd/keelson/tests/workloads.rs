@@ -15,7 +15,7 @@ mod cluster_support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use cluster_support::{client, server_of, start_short_elections};
+use cluster_support::{client, eventually, server_of, start_short_elections};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -33,24 +33,6 @@ fn job(name: &str, exit_code: i32, completions: i32, parallelism: i32, backoff_l
                               "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "example.com/task:1"}]}}},
     }))
     .unwrap()
-}
-
-/// Polls `check` every 500 ms until it gives a value, failing after `within`.
-async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        match check().await {
-            Ok(v) => return v,
-            Err(last) => {
-                assert!(tokio::time::Instant::now() < deadline, "{what}: not within {within:?}; last seen: {last}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        }
-    }
 }
 
 fn condition(job: &Job, type_: &str) -> Option<(String, String)> {

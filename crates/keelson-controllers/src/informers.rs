@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use keelson_component::events::EventRecorder;
 use keelson_component::Leadership;
 use kube::api::Api;
@@ -45,8 +46,10 @@ pub struct Ctx {
     pub pods: Store<Pod>,
     pub replicasets: Store<ReplicaSet>,
     pub deployments: Store<Deployment>,
+    pub pdbs: Store<PodDisruptionBudget>,
     pub rs_queue: WorkQueue,
     pub deployment_queue: WorkQueue,
+    pub pdb_queue: WorkQueue,
     pub expectations: Expectations,
     pub rs_events: EventRecorder,
     pub deployment_events: EventRecorder,
@@ -88,6 +91,11 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
     let client = term.client.clone();
     let (rs_queue, rs_rx) = work_queue();
     let (deployment_queue, deployment_rx) = work_queue();
+    let (pdb_queue, pdb_rx) = work_queue();
+    let (pdbs, pdb_task) = {
+        let pq = pdb_queue.clone();
+        reflect(Api::<PodDisruptionBudget>::all(client.clone()), term.denials.clone(), move |b: &PodDisruptionBudget| pq.add(&key_of(b)))
+    };
     let (replicasets, rs_task) = {
         let (rq, dq) = (rs_queue.clone(), deployment_queue.clone());
         reflect(Api::<ReplicaSet>::all(client.clone()), term.denials.clone(), move |rs: &ReplicaSet| {
@@ -98,10 +106,13 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
         })
     };
     let (pods, pod_task) = {
-        let rq = rs_queue.clone();
-        let sets = replicasets.clone();
+        let (rq, pq) = (rs_queue.clone(), pdb_queue.clone());
+        let (sets, budgets) = (replicasets.clone(), pdbs.clone());
         reflect(Api::<Pod>::all(client.clone()), term.denials.clone(), move |pod: &Pod| {
             let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+            for b in budgets.state().iter().filter(|b| b.metadata.namespace.as_deref() == Some(ns)) {
+                pq.add(&key_of(b.as_ref()));
+            }
             match controller_of(&pod.metadata) {
                 Some(owner) if owner.kind == "ReplicaSet" => rq.add(&format!("{ns}/{}", owner.name)),
                 Some(_) => {}
@@ -124,8 +135,10 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
         pods,
         replicasets,
         deployments,
+        pdbs,
         rs_queue,
         deployment_queue,
+        pdb_queue,
         expectations: Expectations::default(),
     });
     tracing::info!("controller manager active");
@@ -133,6 +146,7 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
         let _ = ctx.pods.wait_until_ready().await;
         let _ = ctx.replicasets.wait_until_ready().await;
         let _ = ctx.deployments.wait_until_ready().await;
+        let _ = ctx.pdbs.wait_until_ready().await;
     };
     tokio::select! {
         _ = term.ended.cancelled() => {}
@@ -141,6 +155,7 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
             tokio::join!(
                 crate::replicaset::run(ctx.clone(), rs_rx),
                 crate::deployment::run(ctx.clone(), deployment_rx),
+                work(&ctx, pdb_rx, &ctx.pdb_queue, "disruption", crate::disruption::sync),
                 crate::garbage::run(ctx.clone()),
                 crate::workloads::run(term.clone()),
                 crate::namespaces::run(term.clone(), config.root_ca_pem.clone()),
@@ -149,7 +164,7 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
             );
         } => {}
     }
-    for t in [rs_task, pod_task, deployment_task] {
+    for t in [rs_task, pod_task, deployment_task, pdb_task] {
         t.abort();
     }
     tracing::info!("controller manager inactive");

@@ -28,9 +28,21 @@ pub async fn start_short_elections_with(dir: &Path, more: &[&str]) -> Cluster {
 
 /// An admin kube client to the server of kubeconfig context `context` (`keelson-N`).
 pub async fn client(cluster: &Cluster, context: &str) -> kube::Client {
+    kube::Client::try_from(config(cluster, context).await).unwrap()
+}
+
+/// The same without kube-rs's default retries of 429, 503 and 504 (which would wait out
+/// minutes of back-off on a refusal the test expects).
+pub async fn client_without_retries(cluster: &Cluster, context: &str) -> kube::Client {
+    let mut config = config(cluster, context).await;
+    config.default_retry = false;
+    kube::Client::try_from(config).unwrap()
+}
+
+async fn config(cluster: &Cluster, context: &str) -> kube::Config {
     let kc = kube::config::Kubeconfig::read_from(cluster.kubeconfig_path()).unwrap();
     let opts = kube::config::KubeConfigOptions { context: Some(context.into()), ..Default::default() };
-    kube::Client::try_from(kube::Config::from_custom_kubeconfig(kc, &opts).await.unwrap()).unwrap()
+    kube::Config::from_custom_kubeconfig(kc, &opts).await.unwrap()
 }
 
 /// The server index (0-based) of a holder identity `keelson-N_<uuid>`.
@@ -46,4 +58,22 @@ pub async fn metrics_page(addr: &str) -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).await.unwrap();
     out
+}
+
+/// Polls `check` every 500 ms until it gives a value, failing after `within`.
+pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(last) => {
+                assert!(tokio::time::Instant::now() < deadline, "{what}: not within {within:?}; last seen: {last}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
 }

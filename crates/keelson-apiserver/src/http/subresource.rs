@@ -129,7 +129,7 @@ pub(crate) async fn handle(
             let (headers, body) = read_body(req).await?;
             let eviction = if body.is_empty() { json!({}) } else { negotiate::decode_body(&headers, &body)? };
             let pod = reg.get(def, ns.as_deref(), &name).await?;
-            check_disruption_budgets(state, ns.as_deref().unwrap_or("default"), &pod.obj).await?;
+            reserve_disruption(state, ns.as_deref().unwrap_or("default"), &pod.obj).await?;
             let mut opts = match eviction.get("deleteOptions") {
                 Some(d) if d.is_object() => delete_options(&q, &http::HeaderMap::new(), d.to_string().as_bytes())?,
                 _ => DeleteOptions::default(),
@@ -196,24 +196,62 @@ pub(crate) fn scale_of(obj: &Value) -> Value {
     })
 }
 
-/// Refuses an eviction that a PodDisruptionBudget covering the pod does not allow.
-async fn check_disruption_budgets(state: &Arc<ApiState>, ns: &str, pod: &Value) -> Result<(), ApiError> {
+/// Whether a budget's selector covers `pod` (policy/v1: an empty selector covers every
+/// pod of the namespace, a missing one none).
+fn budget_covers(pdb: &Value, pod: &Value) -> bool {
+    let Some(sel) = pdb.pointer("/spec/selector").filter(|s| !s.is_null()) else { return false };
+    match LabelSelector::from_label_selector_json(sel) {
+        Ok(sel) => sel.is_empty() || sel.matches_object(pod),
+        Err(_) => false,
+    }
+}
+
+/// Takes one disruption from the PodDisruptionBudget covering `pod` before it is
+/// evicted, as Kubernetes' eviction does: a pod that is finished, pending or already
+/// deleting needs none; more than one budget is an error; none allowed is a 429; else
+/// `disruptionsAllowed` goes down by one and the pod is recorded in `disruptedPods`, in
+/// one conditional write of the budget's status (so two evictions cannot both take
+/// the last one). An unready pod under a budget that is already healthy enough is
+/// evicted without taking one (`IfHealthyBudget`).
+async fn reserve_disruption(state: &Arc<ApiState>, ns: &str, pod: &Value) -> Result<(), ApiError> {
+    let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("Pending");
+    if matches!(phase, "Succeeded" | "Failed" | "Pending") || pod.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()) {
+        return Ok(());
+    }
     let pdbs: &ResourceDef = catalog::lookup("policy", "v1", "poddisruptionbudgets").expect("served");
     let page = state.registry.store.list_page(&list_prefix(pdbs, Some(ns)), None, 0, 0, false).await?;
-    for pdb in page.items {
-        let Some(sel) = pdb.obj.pointer("/spec/selector").and_then(|s| LabelSelector::from_label_selector_json(s).ok()) else { continue };
-        if sel.is_empty() || !sel.matches_object(pod) {
-            continue;
-        }
-        let allowed = pdb.obj.pointer("/status/disruptionsAllowed").and_then(Value::as_i64).unwrap_or(0);
-        if allowed <= 0 {
-            return Err(ApiError::TooManyRequests(format!(
-                "Cannot evict pod as it would violate the pod's disruption budget. The disruption budget {} needs {} healthy pods and has {} currently",
-                pdb.obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""),
-                pdb.obj.pointer("/status/desiredHealthy").and_then(Value::as_i64).unwrap_or(0),
-                pdb.obj.pointer("/status/currentHealthy").and_then(Value::as_i64).unwrap_or(0),
-            )));
-        }
-    }
-    Ok(())
+    let covering: Vec<Value> = page.items.into_iter().map(|s| s.obj).filter(|b| budget_covers(b, pod)).collect();
+    let pdb = match covering.as_slice() {
+        [] => return Ok(()),
+        [one] => one,
+        _ => return Err(ApiError::Internal("This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.".into())),
+    };
+    let name = pdb.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+    let pod_name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+    let ready = pod.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+    let now = crate::registry::now_rfc3339();
+    state
+        .registry
+        .update_with(pdbs, Some(ns), &name, UpdateScope::Status, false, |cur| {
+            let Some(cur) = cur else { return Ok(None) };
+            let st = |f: &str| cur.pointer(&format!("/status/{f}")).and_then(Value::as_i64).unwrap_or(0);
+            let (allowed, healthy, desired) = (st("disruptionsAllowed"), st("currentHealthy"), st("desiredHealthy"));
+            let generation = cur.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
+            let observed = cur.pointer("/status/observedGeneration").and_then(Value::as_i64).unwrap_or(0);
+            if !ready && healthy >= desired && observed >= generation {
+                // IfHealthyBudget: evicting an unready pod does not lower the budget.
+                return Ok(Some(cur.clone()));
+            }
+            if observed < generation || allowed <= 0 {
+                return Err(ApiError::TooManyRequests(format!(
+                    "Cannot evict pod as it would violate the pod's disruption budget. The disruption budget {name} needs {desired} healthy pods and has {healthy} currently"
+                )));
+            }
+            let mut next = cur.clone();
+            next["status"]["disruptionsAllowed"] = json!(allowed - 1);
+            next["status"]["disruptedPods"][&pod_name] = json!(now);
+            Ok(Some(next))
+        })
+        .await
+        .map(|_| ())
 }

@@ -1,0 +1,99 @@
+//! PodDisruptionBudgets end to end on real `keelson server` processes with hollow nodes:
+//! the disruption controller keeps a budget's status (over a Deployment's scale for a
+//! percentage), the eviction subresource takes one disruption per eviction and refuses
+//! the next with 429 while the budget is spent; a finished pod needs none. Assertions are on stored state, polled with
+//! generous overall timeouts.
+
+mod cluster_support;
+
+use std::time::Duration;
+
+use cluster_support::{client_without_retries, eventually, start_short_elections};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, EvictParams, ListParams, PostParams};
+use serde_json::json;
+
+fn ready(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn disruption_budgets_are_kept_and_bound_evictions() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster = start_short_elections(&tmp.path().join("c")).await;
+    let admin = client_without_retries(&cluster, "keelson-1").await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let hollow = tokio::spawn(keelson_agent::hollow::run(admin.clone(), keelson_agent::hollow::HollowConfig::new("hollow", 2), shutdown.clone()));
+
+    let pp = PostParams::default();
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), "default");
+    deployments
+        .create(&pp, &serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "example.com/web:1"}]}}}})).unwrap())
+        .await
+        .unwrap();
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(admin.clone(), "default");
+    budgets.create(&pp, &serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"minAvailable": "60%", "selector": {"matchLabels": {"app": "web"}}}})).unwrap()).await.unwrap();
+    budgets.create(&pp, &serde_json::from_value(json!({"metadata": {"name": "bare"}, "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "bare"}}}})).unwrap()).await.unwrap();
+
+    // 60% of the Deployment's 3 replicas, rounded up: 2 must stay healthy, 1 may go.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    eventually("the budget counts 3 healthy pods of 3 expected", Duration::from_secs(60), || async {
+        let s = budgets.get("web").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+        let c = s.conditions.clone().unwrap_or_default();
+        let sufficient = c.iter().any(|c| c.type_ == "DisruptionAllowed" && c.status == "True" && c.reason == "SufficientPods");
+        (s.expected_pods == 3 && s.desired_healthy == 2 && s.current_healthy == 3 && s.disruptions_allowed == 1 && sufficient && s.observed_generation == Some(1)).then_some(()).ok_or(format!("{s:?}"))
+    })
+    .await;
+    let names: Vec<String> = pods.list(&ListParams::default().labels("app=web")).await.unwrap().items.into_iter().filter(ready).filter_map(|p| p.metadata.name).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+
+    // An eviction takes the one disruption; once the ReplicaSet's replacement is
+    // healthy, one is allowed again.
+    pods.evict(&names[0], &EvictParams::default()).await.expect("the first eviction is allowed");
+    eventually("the replacement restores the budget", Duration::from_secs(60), || async {
+        let s = budgets.get("web").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+        (s.current_healthy == 3 && s.disruptions_allowed == 1 && s.disrupted_pods.as_ref().is_none_or(|d| d.is_empty())).then_some(()).ok_or(format!("{s:?}"))
+    })
+    .await;
+    pods.evict(&names[1], &EvictParams::default()).await.expect("allowed again");
+
+    // Pods nothing replaces, under minAvailable 2 of 3: one eviction is allowed, the
+    // next is refused with 429 and its pod stays.
+    for n in ["bare-1", "bare-2", "bare-3"] {
+        pods.create(&pp, &serde_json::from_value(json!({"metadata": {"name": n, "labels": {"app": "bare"}}, "spec": {"containers": [{"name": "c", "image": "example.com/bare:1"}]}})).unwrap()).await.unwrap();
+    }
+    eventually("the bare pods run and their budget is kept", Duration::from_secs(60), || async {
+        let s = budgets.get("bare").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+        (s.current_healthy == 3 && s.expected_pods == 3 && s.disruptions_allowed == 1).then_some(()).ok_or(format!("{s:?}"))
+    })
+    .await;
+    pods.evict("bare-1", &EvictParams::default()).await.expect("one of three may go");
+    match pods.evict("bare-2", &EvictParams::default()).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!((s.code, s.reason.as_str()), (429, "TooManyRequests"), "{s:?}");
+            assert!(s.message.starts_with("Cannot evict pod as it would violate the pod's disruption budget."), "{}", s.message);
+        }
+        other => panic!("a second eviction while the budget is spent: {other:?}"),
+    }
+    assert!(pods.get_opt("bare-2").await.unwrap().is_some_and(|p| p.metadata.deletion_timestamp.is_none()), "the refused pod stays");
+    let spent = budgets.get("bare").await.unwrap().status.unwrap_or_default();
+    assert_eq!(spent.disruptions_allowed, 0, "{spent:?}");
+
+    // A finished pod needs no disruption.
+    pods.create(&pp, &serde_json::from_value(json!({"metadata": {"name": "bare-done", "labels": {"app": "bare"}, "annotations": {"keelson.io/hollow-exit-code": "0"}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "example.com/bare:1"}]}})).unwrap()).await.unwrap();
+    eventually("bare-done finishes", Duration::from_secs(60), || async {
+        let p = pods.get("bare-done").await.map_err(|e| e.to_string())?;
+        (p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")).then_some(()).ok_or(format!("{:?}", p.status))
+    })
+    .await;
+    pods.evict("bare-done", &EvictParams::default()).await.expect("a finished pod is evicted whatever the budget");
+
+    shutdown.cancel();
+    let _ = hollow.await;
+    drop(cluster);
+}
