@@ -1,5 +1,6 @@
 //! The agent's HTTPS API on port 10250, as the kubelet's: the API server reaches it for
-//! `pods/log` and `pods/exec` (attach and port-forward are not served yet). Callers authenticate with a
+//! `pods/log`, `pods/exec` and `pods/portforward` (SPDY, [`port_forward`]; attach is not
+//! served yet). Callers authenticate with a
 //! client certificate of the cluster CA and are authorized by a SubjectAccessReview on
 //! the node (`nodes/proxy`, `nodes/log`, `nodes/stats`), as the kubelet's webhook mode
 //! does; answers are cached 5 minutes (allowed) or 30 seconds (denied).
@@ -9,6 +10,7 @@
 
 pub mod exec;
 pub mod logs;
+pub mod port_forward;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -66,6 +68,8 @@ pub async fn serve(listen: SocketAddr, client: kube::Client, runtime: Arc<dyn Ru
         .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs))
         .route("/exec/{namespace}/{pod}/{container}", get(exec::exec).post(exec::exec))
         .route("/exec/{namespace}/{pod}/{uid}/{container}", get(exec::exec).post(exec::exec))
+        .route("/portForward/{namespace}/{pod}", get(port_forward::port_forward).post(port_forward::port_forward))
+        .route("/portForward/{namespace}/{pod}/{uid}", get(port_forward::port_forward).post(port_forward::port_forward))
         .with_state(state);
     let (accept, mut incoming) = keelson_client::tls::spawn_accept(listener, tls, Duration::from_secs(10), shutdown.clone());
     tokio::spawn(async move {

@@ -172,6 +172,12 @@ pub trait Runtime: Send + Sync + 'static {
     async fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult, RuntimeError>;
     /// A streaming exec session: the URL of the runtime's streaming server serving it.
     async fn exec_stream(&self, id: &str, cmd: &[String], streams: Streams) -> Result<String, RuntimeError>;
+    /// The network namespace of sandbox `id` as a path to open (`/proc/<pid>/ns/net` or a
+    /// bind-mounted netns); `None` when the runtime does not say.
+    async fn sandbox_netns(&self, id: &str) -> Result<Option<String>, RuntimeError> {
+        let _ = id;
+        Ok(None)
+    }
 }
 
 /// Which streams an exec session carries.

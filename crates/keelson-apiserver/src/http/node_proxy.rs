@@ -98,6 +98,106 @@ impl KubeletClient {
     }
 }
 
+/// The WebSocket subprotocol of tunnelled port-forwarding (kubectl 1.31+).
+pub const PORT_FORWARD_TUNNEL_PROTOCOL: &str = "SPDY/3.1+portforward.k8s.io";
+
+impl KubeletClient {
+    /// Port-forwarding tunnelled in a WebSocket (kube-apiserver's `streamtunnel`): dials
+    /// the agent with a SPDY upgrade, then carries the raw SPDY bytes, each binary message
+    /// of the client to the agent as part of one byte stream and the agent's bytes back as
+    /// binary messages. Only once the agent has switched protocols does the client get its
+    /// `101`; anything else the agent answers is passed back as is.
+    async fn tunnel(&self, addr: &str, host: &str, path: &str, req: axum::extract::Request) -> Result<Response, ApiError> {
+        use axum::extract::ws::{Message, WebSocketUpgrade};
+        use axum::extract::FromRequest;
+        use futures::{SinkExt, StreamExt};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let ws = WebSocketUpgrade::from_request(req, &()).await.map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let mut sender = self.connect(addr, host).await?;
+        let upstream = http::Request::post(path)
+            .header("host", addr)
+            .header("connection", "Upgrade")
+            .header("upgrade", "SPDY/3.1")
+            .header("x-stream-protocol-version", "portforward.k8s.io")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let mut resp = sender.send_request(upstream).await.map_err(|e| ApiError::Unavailable(format!("the node agent at {addr}: {e}")))?;
+        if resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+            let (parts, body) = resp.into_parts();
+            return Ok(Response::from_parts(parts, Body::new(body)));
+        }
+        let agent_side = hyper::upgrade::on(&mut resp);
+        Ok(ws.protocols([PORT_FORWARD_TUNNEL_PROTOCOL]).on_upgrade(move |socket| async move {
+            let Ok(agent) = agent_side.await else { return };
+            let (mut agent_rd, mut agent_wr) = tokio::io::split(TokioIo::new(agent));
+            let (mut ws_tx, mut ws_rx) = socket.split();
+            let up = async {
+                while let Some(Ok(m)) = ws_rx.next().await {
+                    match m {
+                        Message::Binary(b) => {
+                            if agent_wr.write_all(&b).await.is_err() {
+                                break;
+                            }
+                        }
+                        Message::Close(_) => break,
+                        _ => {}
+                    }
+                }
+                let _ = agent_wr.shutdown().await;
+            };
+            let down = async {
+                let mut buf = vec![0u8; 32 * 1024];
+                loop {
+                    match agent_rd.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if ws_tx.send(Message::Binary(bytes::Bytes::copy_from_slice(&buf[..n]))).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                let _ = ws_tx.send(Message::Close(None)).await;
+            };
+            // Either side ending ends the session: kubectl closes the WebSocket to stop.
+            tokio::select! {
+                _ = up => {}
+                _ = down => {}
+            }
+        }))
+    }
+}
+
+/// Whether `req` asks for tunnelled port-forwarding (a WebSocket offering
+/// [`PORT_FORWARD_TUNNEL_PROTOCOL`]) rather than a SPDY upgrade.
+pub(crate) fn wants_tunnel(headers: &http::HeaderMap) -> bool {
+    let websocket = headers.get("upgrade").and_then(|v| v.to_str().ok()).is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
+    let offered = headers.get_all("sec-websocket-protocol").iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(|p| p.trim() == PORT_FORWARD_TUNNEL_PROTOCOL);
+    websocket && offered
+}
+
+/// `GET|POST pods/NAME/portforward`: a SPDY upgrade is proxied to the node's agent byte
+/// for byte; a WebSocket offering `SPDY/3.1+portforward.k8s.io` is tunnelled to it.
+pub(crate) async fn pod_port_forward(kubelet: Option<&KubeletClient>, pod: &Value, node: &Value, req: axum::extract::Request) -> Result<Response, ApiError> {
+    let name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let ns = pod.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
+    let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
+    if phase == "Succeeded" || phase == "Failed" {
+        return Err(ApiError::BadRequest(format!("cannot port-forward to a completed pod; current phase is {phase}")));
+    }
+    let Some(kubelet) = kubelet else { return Err(ApiError::Unavailable("this API server has no kubelet client identity (no cluster CA key)".into())) };
+    let node_name = node.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let Some((addr, host)) = kubelet_address(node) else { return Err(ApiError::Unavailable(format!("node {node_name:?} reports no address"))) };
+    let uid = pod.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("");
+    let path = if uid.is_empty() { format!("/portForward/{ns}/{name}") } else { format!("/portForward/{ns}/{name}/{uid}") };
+    if wants_tunnel(req.headers()) {
+        tracing::info!(pod = %format!("{ns}/{name}"), node = node_name, "port-forward tunnelled in a WebSocket");
+        return kubelet.tunnel(&addr, &host, &path, req).await;
+    }
+    tracing::info!(pod = %format!("{ns}/{name}"), node = node_name, "port-forward over SPDY");
+    kubelet.upgrade(&addr, &host, &path, req).await
+}
+
 /// The agent address of a Node: its InternalIP (else Hostname) and kubelet port.
 pub(crate) fn kubelet_address(node: &Value) -> Option<(String, String)> {
     let addresses = node.pointer("/status/addresses")?.as_array()?;
@@ -197,6 +297,21 @@ mod tests {
         assert!(log_container(&pod, "p", Some("z")).unwrap_err().to_string().contains("container z is not valid for pod p"));
         let one = json!({"spec": {"containers": [{"name": "only"}]}});
         assert_eq!(log_container(&one, "p", None).unwrap(), "only");
+    }
+
+    #[test]
+    fn only_a_websocket_offering_the_tunnel_protocol_is_tunnelled() {
+        let h = |pairs: &[(&str, &str)]| {
+            let mut m = http::HeaderMap::new();
+            for (k, v) in pairs {
+                m.append(http::HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
+            }
+            m
+        };
+        assert!(wants_tunnel(&h(&[("upgrade", "websocket"), ("sec-websocket-protocol", "SPDY/3.1+portforward.k8s.io")])));
+        assert!(wants_tunnel(&h(&[("upgrade", "WebSocket"), ("sec-websocket-protocol", "v4.channel.k8s.io, SPDY/3.1+portforward.k8s.io")])));
+        assert!(!wants_tunnel(&h(&[("upgrade", "SPDY/3.1"), ("x-stream-protocol-version", "portforward.k8s.io")])));
+        assert!(!wants_tunnel(&h(&[("upgrade", "websocket"), ("sec-websocket-protocol", "v5.channel.k8s.io")])));
     }
 
     #[test]

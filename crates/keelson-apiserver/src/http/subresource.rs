@@ -146,7 +146,7 @@ pub(crate) async fn handle(
             let out = super::review::token_request(state, ns.as_deref().unwrap_or("default"), &name, tr).await?;
             Ok(json_response(StatusCode::CREATED, &out))
         }
-        (Subresource::Log | Subresource::Exec, _) => {
+        (Subresource::Log | Subresource::Exec | Subresource::PortForward, _) => {
             let pod = reg.get(def, ns.as_deref(), &name).await?;
             let node = pod.obj.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("");
             if node.is_empty() {
@@ -156,6 +156,9 @@ pub(crate) async fn handle(
             let node_obj = reg.get(nodes, None, node).await?;
             if sub == Subresource::Log {
                 return super::node_proxy::pod_log(state.kubelet.as_ref(), &pod.obj, &node_obj.obj, &q).await;
+            }
+            if sub == Subresource::PortForward {
+                return super::node_proxy::pod_port_forward(state.kubelet.as_ref(), &pod.obj, &node_obj.obj, req).await;
             }
             super::node_proxy::pod_exec(state.kubelet.as_ref(), &pod.obj, &node_obj.obj, req).await
         }
