@@ -209,8 +209,18 @@ async fn forward(target: Arc<Target>, error: Stream, data: Stream) {
     };
     let (mut from_pod, mut to_pod) = tcp.into_split();
     let Stream { reader: mut from_client, writer: to_client, .. } = data;
+    let error = error.writer;
+    let error_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let finish_error = {
+        let (error, done) = (error.clone(), error_done.clone());
+        move || async move {
+            if !done.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                let _ = error.finish().await;
+            }
+        }
+    };
     let down = {
-        let to_client = to_client.clone();
+        let finish_error = finish_error.clone();
         tokio::spawn(async move {
             let mut buf = vec![0u8; 32 * 1024];
             loop {
@@ -223,8 +233,10 @@ async fn forward(target: Arc<Target>, error: Stream, data: Stream) {
                     }
                 }
             }
-            // The pod closed its side: the client's reading ends.
+            // The pod closed its side: the client's reading ends, and so does the error
+            // stream (kubectl waits for it before closing its local connection).
             let _ = to_client.finish().await;
+            finish_error().await;
         })
     };
     let clean = loop {
@@ -246,7 +258,7 @@ async fn forward(target: Arc<Target>, error: Stream, data: Stream) {
     } else {
         down.abort();
     }
-    let _ = error.writer.finish().await;
+    finish_error().await;
 }
 
 async fn fail(error: &Stream, data: &Stream, msg: &str) {
