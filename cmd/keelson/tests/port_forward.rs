@@ -25,8 +25,8 @@ struct Forward {
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
-fn port_forward(kubeconfig: &Path, env: &[(&str, &str)], remote: u16) -> Forward {
-    let mut child = Command::new("kubectl")
+fn port_forward(kubectl: &str, kubeconfig: &Path, env: &[(&str, &str)], remote: u16) -> Forward {
+    let mut child = Command::new(kubectl)
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["port-forward", "pod/web", &format!(":{remote}"), "--address", "127.0.0.1"])
@@ -62,9 +62,17 @@ fn port_forward(kubeconfig: &Path, env: &[(&str, &str)], remote: u16) -> Forward
 
 /// An HTTP/1.0 GET of `/` through the forwarded port: the whole answer.
 fn http_get(port: u16) -> String {
+    http_get_then(port, false)
+}
+
+/// The same, half-closing the connection once the request is sent.
+fn http_get_then(port: u16, half_close: bool) -> String {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     s.write_all(b"GET / HTTP/1.0\r\nHost: web\r\n\r\n").unwrap();
+    if half_close {
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+    }
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     out
@@ -97,7 +105,7 @@ async fn kubectl_port_forward_reaches_a_pod() {
     let server_log = || std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
 
     // kubectl 1.33's default: SPDY tunnelled in a WebSocket.
-    let fwd = port_forward(&cluster.kubeconfig, &[], 8080);
+    let fwd = port_forward("kubectl", &cluster.kubeconfig, &[], 8080);
     for attempt in 0..3 {
         let answer = http_get(fwd.port);
         assert!(answer.starts_with("HTTP/1.") && answer.ends_with("hello from keelson\n"), "GET #{attempt} through the tunnel: {answer:?}\nkubectl: {}", fwd.stderr.lock().unwrap());
@@ -107,14 +115,24 @@ async fn kubectl_port_forward_reaches_a_pod() {
     drop(fwd);
 
     // Old kubectl's way: SPDY from kubectl, proxied as is.
-    let fwd = port_forward(&cluster.kubeconfig, &[("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")], 8080);
+    let fwd = port_forward("kubectl", &cluster.kubeconfig, &[("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")], 8080);
     let answer = http_get(fwd.port);
     assert!(answer.ends_with("hello from keelson\n"), "GET over SPDY: {answer:?}\nkubectl: {}", fwd.stderr.lock().unwrap());
+    // The client's half-close reaches the pod, and the answer still comes back.
+    let answer = http_get_then(fwd.port, true);
+    assert!(answer.ends_with("hello from keelson\n"), "GET after a half-close: {answer:?}\nkubectl: {}", fwd.stderr.lock().unwrap());
     assert!(server_log().contains("port-forward over SPDY"));
     drop(fwd);
+    // kubectl 1.29 itself (SPDY only).
+    let old = "/usr/lib/google-cloud-sdk/bin/kubectl.1.29";
+    if Path::new(old).exists() {
+        let fwd = port_forward(old, &cluster.kubeconfig, &[], 8080);
+        let answer = http_get(fwd.port);
+        assert!(answer.ends_with("hello from keelson\n"), "GET with kubectl 1.29: {answer:?}\nkubectl: {}", fwd.stderr.lock().unwrap());
+    }
 
     // Nothing listens on 8081: the agent's error text reaches kubectl.
-    let fwd = port_forward(&cluster.kubeconfig, &[], 8081);
+    let fwd = port_forward("kubectl", &cluster.kubeconfig, &[], 8081);
     let answer = http_get(fwd.port);
     assert_eq!(answer, "", "a refused connection is closed");
     let said = poll("kubectl's error", Duration::from_secs(20), || async {
