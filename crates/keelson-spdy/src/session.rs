@@ -1,24 +1,30 @@
-//! The server side of a SPDY/3.1 connection, as the kubelet's streaming endpoints use it:
-//! the client opens every stream, the server accepts each (answering `SYN_REPLY` at once,
-//! as Kubernetes' `httpstream/spdy` does) and gets its headers and two halves to read and
-//! write. PINGs are answered; SETTINGS and WINDOW_UPDATE are ignored (Kubernetes'
+//! Both sides of a SPDY/3.1 connection as Kubernetes' streaming uses it: the client opens
+//! every stream. [`serve`] is the server side (the kubelet's streaming endpoints): it
+//! accepts each stream, answering `SYN_REPLY` at once as Kubernetes' `httpstream/spdy`
+//! does, and hands over its headers and two halves to read and write. [`connect`] is the
+//! client side (what the agent uses to reach containerd's streaming server): it opens
+//! streams with headers and gets the same two halves once the server has replied. Both
+//! answer the peer's PINGs; SETTINGS and WINDOW_UPDATE are ignored (Kubernetes'
 //! `spdystream` does no flow control either).
 //!
 //! # Guarantees
-//! - A stream's reader ends (`Ok(None)`) after the client's FIN; a client RST ends it with
+//! - A stream's reader ends (`Ok(None)`) after the peer's FIN; a peer RST ends it with
 //!   [`StreamError::Reset`], a lost connection with [`StreamError::ConnectionClosed`].
 //! - [`StreamWriter::finish`] half-closes: the stream can still be read.
-//! - Frames leave in the order they were queued, one connection-wide header context.
+//! - Frames leave in the order they were queued, one connection-wide header context;
+//!   a client's stream ids increase in the order its SYN_STREAMs go out.
 //!
 //! # Caveats
 //! - One slow stream reader holds up the whole connection's reading (bounded buffers
 //!   instead of flow control).
+//! - A client refuses streams the server opens (server push is not used by Kubernetes).
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::frame::{self, rst, Frame, FLAG_FIN};
 use crate::headers::{HeaderDecoder, HeaderEncoder, Headers};
@@ -31,8 +37,8 @@ const STREAM_BUFFER: usize = 64;
 /// A stream operation that failed.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum StreamError {
-    /// The client reset the stream (RST_STREAM with this status).
-    #[error("stream reset by the client (status {0})")]
+    /// The peer reset the stream (RST_STREAM with this status).
+    #[error("stream reset by the peer (status {0})")]
     Reset(u32),
     /// The connection ended (closed, broken or unreadable) before the stream did.
     #[error("the SPDY connection is closed")]
@@ -46,6 +52,7 @@ enum Inbound {
 }
 
 enum Outbound {
+    Syn { stream_id: u32, headers: Headers },
     Reply { stream_id: u32 },
     Data { stream_id: u32, data: Bytes, fin: bool },
     Rst { stream_id: u32, status: u32 },
@@ -54,23 +61,24 @@ enum Outbound {
     Shutdown,
 }
 
-/// A stream the client opened.
+/// A stream of the connection.
 pub struct Stream {
     pub id: u32,
-    /// The SYN_STREAM's headers (`streamType`, `port`, `requestID`, …).
+    /// On the server, the SYN_STREAM's headers (`streamType`, `port`, `requestID`, …); on
+    /// the client, the SYN_REPLY's (Kubernetes sends none).
     pub headers: Headers,
     pub reader: StreamReader,
     pub writer: StreamWriter,
 }
 
-/// What the client sends on one stream.
+/// What the peer sends on one stream.
 pub struct StreamReader {
     rx: mpsc::Receiver<Inbound>,
     done: Option<StreamError>,
 }
 
 impl StreamReader {
-    /// The next data; `Ok(None)` once the client has half-closed (FIN).
+    /// The next data; `Ok(None)` once the peer has half-closed (FIN).
     pub async fn recv(&mut self) -> Result<Option<Bytes>, StreamError> {
         if let Some(e) = &self.done {
             return Err(e.clone());
@@ -142,12 +150,101 @@ pub fn serve<S>(io: S) -> Incoming
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
+    let (in_tx, in_rx) = mpsc::channel(16);
+    start(io, Role::Server(in_tx));
+    Incoming { rx: in_rx }
+}
+
+/// The client side of a SPDY/3.1 connection: opens streams. Clones share the connection.
+#[derive(Clone)]
+pub struct Client {
+    out: mpsc::Sender<Outbound>,
+    shared: Arc<Mutex<Shared>>,
+    /// The next stream id; held while a SYN_STREAM is queued so ids go out in order.
+    next_id: Arc<tokio::sync::Mutex<u32>>,
+}
+
+impl Client {
+    /// Opens a stream with `headers` (names as given; SPDY/3 peers expect lower case) and
+    /// waits for the server's SYN_REPLY. A RST_STREAM instead is [`StreamError::Reset`].
+    pub async fn open(&self, headers: Headers) -> Result<Stream, StreamError> {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let id = {
+            let mut next = self.next_id.lock().await;
+            let id = *next;
+            if id > STREAM_ID_MAX {
+                return Err(StreamError::ConnectionClosed);
+            }
+            {
+                let mut shared = self.shared.lock().expect("lock");
+                if shared.closed {
+                    return Err(StreamError::ConnectionClosed);
+                }
+                shared.streams.insert(id, Open { tx: Some(tx), reply: Some(reply_tx) });
+            }
+            *next = id + 2;
+            if self.out.send(Outbound::Syn { stream_id: id, headers }).await.is_err() {
+                self.shared.lock().expect("lock").streams.remove(&id);
+                return Err(StreamError::ConnectionClosed);
+            }
+            id
+        };
+        let headers = reply_rx.await.map_err(|_| StreamError::ConnectionClosed)??;
+        Ok(Stream { id, headers, reader: StreamReader { rx, done: None }, writer: StreamWriter { id, tx: self.out.clone() } })
+    }
+
+    /// Ends the connection from this side: what is queued goes out, then the write half
+    /// closes (the server then closes too, ending every stream's reading).
+    pub async fn close(&self) {
+        let _ = self.out.send(Outbound::Shutdown).await;
+    }
+}
+
+/// Runs the client side of SPDY/3.1 on `io` (a connection upgraded with
+/// `Upgrade: SPDY/3.1`) in two tasks of its own; they end when either side closes it.
+pub fn connect<S>(io: S) -> Client
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (out, shared) = start(io, Role::Client);
+    Client { out, shared, next_id: Arc::new(tokio::sync::Mutex::new(1)) }
+}
+
+const STREAM_ID_MAX: u32 = 0x7fff_ffff;
+
+/// Which side of the connection a session is.
+enum Role {
+    /// Accepts the peer's streams and hands them over here.
+    Server(mpsc::Sender<Stream>),
+    /// Opens streams; the peer's are refused.
+    Client,
+}
+
+/// A stream the read loop delivers to: its data, and (client) the reply awaited.
+struct Open {
+    tx: Option<mpsc::Sender<Inbound>>,
+    reply: Option<oneshot::Sender<Result<Headers, StreamError>>>,
+}
+
+/// The open streams, shared by the read loop and a client's `open`.
+#[derive(Default)]
+struct Shared {
+    streams: HashMap<u32, Open>,
+    /// The read loop has ended: no stream can open any more.
+    closed: bool,
+}
+
+fn start<S>(io: S, role: Role) -> (mpsc::Sender<Outbound>, Arc<Mutex<Shared>>)
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
     let (rd, wr) = tokio::io::split(io);
     let (out_tx, out_rx) = mpsc::channel(256);
-    let (in_tx, in_rx) = mpsc::channel(16);
+    let shared = Arc::new(Mutex::new(Shared::default()));
     tokio::spawn(write_loop(wr, out_rx));
-    tokio::spawn(read_loop(rd, out_tx, in_tx));
-    Incoming { rx: in_rx }
+    tokio::spawn(read_loop(rd, out_tx.clone(), role, shared.clone()));
+    (out_tx, shared)
 }
 
 async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Outbound>) {
@@ -159,6 +256,13 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Out
         // Everything queued meanwhile goes out in one write.
         while let Some(o) = next.take() {
             let f = match o {
+                Outbound::Syn { stream_id, headers: h } => match headers.encode(&h) {
+                    Ok(h) => Frame::SynStream { stream_id, associated_to: 0, priority: 0, slot: 0, flags: 0, headers: h.into() },
+                    Err(e) => {
+                        tracing::info!(error = %e, "SPDY stream headers");
+                        return;
+                    }
+                },
                 Outbound::Reply { stream_id } => match headers.encode(&Headers::default()) {
                     Ok(h) => Frame::SynReply { stream_id, flags: 0, headers: h.into() },
                     Err(e) => {
@@ -191,11 +295,31 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Out
     let _ = wr.shutdown().await;
 }
 
-async fn read_loop<R: AsyncRead + Unpin>(mut rd: R, out: mpsc::Sender<Outbound>, incoming: mpsc::Sender<Stream>) {
+/// Where the read loop sends a DATA frame's payload: the stream's sender, taken out of
+/// the shared map (the lock is not held across the send). `fin` removes the stream.
+fn data_target(shared: &Mutex<Shared>, stream_id: u32, fin: bool) -> Option<mpsc::Sender<Inbound>> {
+    let mut shared = shared.lock().expect("lock");
+    let tx = shared.streams.get(&stream_id).and_then(|o| o.tx.clone());
+    if fin {
+        if let Some(o) = shared.streams.get_mut(&stream_id) {
+            o.tx = None;
+            if o.reply.is_none() {
+                shared.streams.remove(&stream_id);
+            }
+        }
+    }
+    tx
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(mut rd: R, out: mpsc::Sender<Outbound>, role: Role, shared: Arc<Mutex<Shared>>) {
     let mut headers = HeaderDecoder::new();
-    let mut streams: HashMap<u32, mpsc::Sender<Inbound>> = HashMap::new();
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut last_stream = 0;
+    // The parity of the peer's ping ids: a client's are odd, a server's even.
+    let peer_ping_parity = match role {
+        Role::Server(_) => 1,
+        Role::Client => 0,
+    };
     'conn: loop {
         loop {
             let f = match frame::decode(&mut buf) {
@@ -218,7 +342,12 @@ async fn read_loop<R: AsyncRead + Unpin>(mut rd: R, out: mpsc::Sender<Outbound>,
                             break 'conn;
                         }
                     };
-                    if streams.contains_key(&stream_id) || stream_id == 0 || stream_id % 2 == 0 {
+                    let Role::Server(incoming) = &role else {
+                        let _ = out.send(Outbound::Rst { stream_id, status: rst::REFUSED_STREAM }).await;
+                        continue;
+                    };
+                    let known = shared.lock().expect("lock").streams.contains_key(&stream_id);
+                    if known || stream_id == 0 || stream_id % 2 == 0 {
                         let _ = out.send(Outbound::Rst { stream_id, status: rst::PROTOCOL_ERROR }).await;
                         continue;
                     }
@@ -229,33 +358,52 @@ async fn read_loop<R: AsyncRead + Unpin>(mut rd: R, out: mpsc::Sender<Outbound>,
                     }
                     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
                     if flags & FLAG_FIN == 0 {
-                        streams.insert(stream_id, tx);
+                        shared.lock().expect("lock").streams.insert(stream_id, Open { tx: Some(tx), reply: None });
                     }
                     let _ = out.send(Outbound::Reply { stream_id }).await;
                     let stream = Stream { id: stream_id, headers: h, reader: StreamReader { rx, done: None }, writer: StreamWriter { id: stream_id, tx: out.clone() } };
                     if incoming.send(stream).await.is_err() {
-                        streams.remove(&stream_id);
+                        shared.lock().expect("lock").streams.remove(&stream_id);
                         let _ = out.send(Outbound::Rst { stream_id, status: rst::REFUSED_STREAM }).await;
+                    }
+                }
+                Frame::SynReply { stream_id, flags, headers: block } => {
+                    let h = match headers.decode(&block) {
+                        Ok(h) => h,
+                        Err(e) => {
+                            tracing::info!(error = %e, "SPDY SYN_REPLY headers");
+                            break 'conn;
+                        }
+                    };
+                    let reply = shared.lock().expect("lock").streams.get_mut(&stream_id).and_then(|o| o.reply.take());
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Ok(h));
+                    }
+                    if flags & FLAG_FIN != 0 {
+                        data_target(&shared, stream_id, true);
                     }
                 }
                 Frame::Data { stream_id, flags, data } => {
                     let fin = flags & FLAG_FIN != 0;
-                    if let Some(tx) = streams.get(&stream_id) {
+                    if let Some(tx) = data_target(&shared, stream_id, fin) {
                         // A reader that went away only loses its data.
                         if !data.is_empty() {
                             let _ = tx.send(Inbound::Data(data)).await;
                         }
-                        if fin {
-                            streams.remove(&stream_id);
-                        }
                     }
                 }
                 Frame::RstStream { stream_id, status } => {
-                    if let Some(tx) = streams.remove(&stream_id) {
-                        let _ = tx.try_send(Inbound::Reset(status));
+                    let open = shared.lock().expect("lock").streams.remove(&stream_id);
+                    if let Some(open) = open {
+                        if let Some(reply) = open.reply {
+                            let _ = reply.send(Err(StreamError::Reset(status)));
+                        }
+                        if let Some(tx) = open.tx {
+                            let _ = tx.try_send(Inbound::Reset(status));
+                        }
                     }
                 }
-                Frame::Headers { headers: block, .. } | Frame::SynReply { headers: block, .. } => {
+                Frame::Headers { headers: block, .. } => {
                     // Read only to keep the header context in step.
                     if let Err(e) = headers.decode(&block) {
                         tracing::info!(error = %e, "SPDY HEADERS");
@@ -263,8 +411,8 @@ async fn read_loop<R: AsyncRead + Unpin>(mut rd: R, out: mpsc::Sender<Outbound>,
                     }
                 }
                 Frame::Ping { id } => {
-                    // Client pings are odd; an even id would be the answer to one of ours.
-                    if id % 2 == 1 {
+                    // The peer's own pings are answered; the others answer ours.
+                    if id % 2 == peer_ping_parity {
                         let _ = out.send(Outbound::Ping { id }).await;
                     }
                 }
@@ -276,8 +424,18 @@ async fn read_loop<R: AsyncRead + Unpin>(mut rd: R, out: mpsc::Sender<Outbound>,
             Ok(_) => {}
         }
     }
-    for (_, tx) in streams.drain() {
-        let _ = tx.try_send(Inbound::Aborted);
+    let open: Vec<Open> = {
+        let mut shared = shared.lock().expect("lock");
+        shared.closed = true;
+        shared.streams.drain().map(|(_, o)| o).collect()
+    };
+    for o in open {
+        if let Some(reply) = o.reply {
+            let _ = reply.send(Err(StreamError::ConnectionClosed));
+        }
+        if let Some(tx) = o.tx {
+            let _ = tx.try_send(Inbound::Aborted);
+        }
     }
     let _ = out.send(Outbound::Shutdown).await;
 }
