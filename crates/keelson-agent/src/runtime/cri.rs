@@ -223,6 +223,7 @@ impl Runtime for CriRuntime {
             annotations: spec.annotations.clone().into_iter().collect(),
             log_path: spec.log_path.clone(),
             stdin: spec.stdin,
+            stdin_once: spec.stdin_once,
             tty: spec.tty,
             linux: Some(cri::LinuxContainerConfig {
                 resources: Some(cri::LinuxContainerResources {
@@ -282,6 +283,11 @@ impl Runtime for CriRuntime {
     async fn exec_stream(&self, id: &str, cmd: &[String], s: Streams) -> Result<String, RuntimeError> {
         let req = cri::ExecRequest { container_id: id.into(), cmd: cmd.to_vec(), tty: s.tty, stdin: s.stdin, stdout: s.stdout, stderr: s.stderr && !s.tty };
         Ok(self.runtime.clone().exec(req).await.map_err(call("Exec"))?.into_inner().url)
+    }
+
+    async fn attach_stream(&self, id: &str, s: Streams) -> Result<String, RuntimeError> {
+        let req = cri::AttachRequest { container_id: id.into(), tty: s.tty, stdin: s.stdin, stdout: s.stdout, stderr: s.stderr && !s.tty };
+        Ok(self.runtime.clone().attach(req).await.map_err(call("Attach"))?.into_inner().url)
     }
 }
 

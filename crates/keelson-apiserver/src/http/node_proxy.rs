@@ -243,22 +243,34 @@ pub(crate) async fn pod_log(kubelet: Option<&KubeletClient>, pod: &Value, node: 
     kubelet.get(&addr, &host, &path).await
 }
 
-/// `GET|POST pods/NAME/exec`: the upgraded (WebSocket) session of the pod's node agent.
-pub(crate) async fn pod_exec(kubelet: Option<&KubeletClient>, pod: &Value, node: &Value, req: axum::extract::Request) -> Result<Response, ApiError> {
+/// Which remote-command subresource a request is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RemoteCommand {
+    Exec,
+    Attach,
+}
+
+/// `GET|POST pods/NAME/exec` and `pods/NAME/attach`: the upgraded session (WebSocket, or
+/// SPDY from kubectl before 1.30) of the pod's node agent, proxied byte for byte.
+pub(crate) async fn pod_remote_command(kubelet: Option<&KubeletClient>, kind: RemoteCommand, pod: &Value, node: &Value, req: axum::extract::Request) -> Result<Response, ApiError> {
     let name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
     let ns = pod.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
     let raw = req.uri().query().unwrap_or("").to_string();
     let pairs: Vec<(&str, &str)> = raw.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, ""))).collect();
     let asked = pairs.iter().find(|(k, _)| *k == "container").map(|(_, v)| *v);
     let container = log_container(pod, name, asked)?;
-    if !pairs.iter().any(|(k, _)| *k == "command") {
+    let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
+    if phase == "Succeeded" || phase == "Failed" {
+        return Err(ApiError::BadRequest(format!("cannot exec into or attach to a container in a completed pod; current phase is {phase}")));
+    }
+    if kind == RemoteCommand::Exec && !pairs.iter().any(|(k, _)| *k == "command") {
         return Err(ApiError::BadRequest("you must specify at least 1 command".into()));
     }
     let mut query = Vec::new();
     for (k, v) in &pairs {
         let on = *v == "true" || *v == "1";
         match *k {
-            "command" => query.push(format!("command={v}")),
+            "command" if kind == RemoteCommand::Exec => query.push(format!("command={v}")),
             "stdin" if on => query.push("input=1".into()),
             "stdout" if on => query.push("output=1".into()),
             "stderr" if on => query.push("error=1".into()),
@@ -269,7 +281,10 @@ pub(crate) async fn pod_exec(kubelet: Option<&KubeletClient>, pod: &Value, node:
     let Some(kubelet) = kubelet else { return Err(ApiError::Unavailable("this API server has no kubelet client identity (no cluster CA key)".into())) };
     let node_name = node.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
     let Some((addr, host)) = kubelet_address(node) else { return Err(ApiError::Unavailable(format!("node {node_name:?} reports no address"))) };
-    let path = format!("/exec/{ns}/{name}/{container}?{}", query.join("&"));
+    let uid = pod.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("");
+    let sub = if kind == RemoteCommand::Exec { "exec" } else { "attach" };
+    let path = if uid.is_empty() { format!("/{sub}/{ns}/{name}/{container}?{}", query.join("&")) } else { format!("/{sub}/{ns}/{name}/{uid}/{container}?{}", query.join("&")) };
+    tracing::info!(pod = %format!("{ns}/{name}"), node = node_name, upgrade = req.headers().get("upgrade").and_then(|v| v.to_str().ok()).unwrap_or(""), "pods/{sub}");
     kubelet.upgrade(&addr, &host, &path, req).await
 }
 
