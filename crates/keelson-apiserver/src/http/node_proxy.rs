@@ -250,12 +250,12 @@ pub(crate) enum RemoteCommand {
     Attach,
 }
 
-/// `GET|POST pods/NAME/exec` and `pods/NAME/attach`: the upgraded session (WebSocket, or
-/// SPDY from kubectl before 1.30) of the pod's node agent, proxied byte for byte.
-pub(crate) async fn pod_remote_command(kubelet: Option<&KubeletClient>, kind: RemoteCommand, pod: &Value, node: &Value, req: axum::extract::Request) -> Result<Response, ApiError> {
+/// The agent's path for a remote command on `pod` asked with `raw` (the client's query):
+/// `/{exec|attach}/{ns}/{pod}[/{uid}]/{container}` with the kubelet's query names
+/// (`input`, `output`, `error`, `tty`, and for exec `command`, still encoded).
+pub(crate) fn remote_command_path(kind: RemoteCommand, pod: &Value, raw: &str) -> Result<String, ApiError> {
     let name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
     let ns = pod.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
-    let raw = req.uri().query().unwrap_or("").to_string();
     let pairs: Vec<(&str, &str)> = raw.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, ""))).collect();
     let asked = pairs.iter().find(|(k, _)| *k == "container").map(|(_, v)| *v);
     let container = log_container(pod, name, asked)?;
@@ -278,13 +278,23 @@ pub(crate) async fn pod_remote_command(kubelet: Option<&KubeletClient>, kind: Re
             _ => {}
         }
     }
+    let uid = pod.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("");
+    let sub = if kind == RemoteCommand::Exec { "exec" } else { "attach" };
+    let query = query.join("&");
+    Ok(if uid.is_empty() { format!("/{sub}/{ns}/{name}/{container}?{query}") } else { format!("/{sub}/{ns}/{name}/{uid}/{container}?{query}") })
+}
+
+/// `GET|POST pods/NAME/exec` and `pods/NAME/attach`: the upgraded session (WebSocket, or
+/// SPDY from kubectl before 1.30) of the pod's node agent, proxied byte for byte.
+pub(crate) async fn pod_remote_command(kubelet: Option<&KubeletClient>, kind: RemoteCommand, pod: &Value, node: &Value, req: axum::extract::Request) -> Result<Response, ApiError> {
+    let path = remote_command_path(kind, pod, req.uri().query().unwrap_or(""))?;
     let Some(kubelet) = kubelet else { return Err(ApiError::Unavailable("this API server has no kubelet client identity (no cluster CA key)".into())) };
     let node_name = node.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
     let Some((addr, host)) = kubelet_address(node) else { return Err(ApiError::Unavailable(format!("node {node_name:?} reports no address"))) };
-    let uid = pod.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("");
-    let sub = if kind == RemoteCommand::Exec { "exec" } else { "attach" };
-    let path = if uid.is_empty() { format!("/{sub}/{ns}/{name}/{container}?{}", query.join("&")) } else { format!("/{sub}/{ns}/{name}/{uid}/{container}?{}", query.join("&")) };
-    tracing::info!(pod = %format!("{ns}/{name}"), node = node_name, upgrade = req.headers().get("upgrade").and_then(|v| v.to_str().ok()).unwrap_or(""), "pods/{sub}");
+    let pod_name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let upgrade = req.headers().get("upgrade").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let sub = if kind == RemoteCommand::Exec { "pods/exec" } else { "pods/attach" };
+    tracing::info!(pod = pod_name, node = node_name, upgrade = %upgrade, "{sub}");
     kubelet.upgrade(&addr, &host, &path, req).await
 }
 
@@ -335,5 +345,20 @@ mod tests {
         assert_eq!(kubelet_address(&node), Some(("10.0.0.5:10251".into(), "10.0.0.5".into())));
         assert_eq!(kubelet_address(&json!({"status": {"addresses": [{"type": "Hostname", "address": "n2"}]}})), Some(("n2:10250".into(), "n2".into())));
         assert_eq!(urlencode("2026-01-01T00:00:00Z"), "2026-01-01T00%3A00%3A00Z");
+    }
+
+    #[test]
+    fn remote_commands_reach_the_agent_with_the_kubelets_query() {
+        let pod = json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"}, "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Running"}});
+        let q = "command=sh&command=-c&command=echo%20hi&container=c&stdin=true&stdout=true&stderr=true&tty=false";
+        assert_eq!(remote_command_path(RemoteCommand::Exec, &pod, q).unwrap(), "/exec/ns/p/u-1/c?command=sh&command=-c&command=echo%20hi&input=1&output=1&error=1");
+        // Attach takes no command, and needs none.
+        assert_eq!(remote_command_path(RemoteCommand::Attach, &pod, "command=x&stdin=true&stdout=true&tty=true").unwrap(), "/attach/ns/p/u-1/c?input=1&output=1&tty=1");
+        assert!(remote_command_path(RemoteCommand::Exec, &pod, "stdout=true").unwrap_err().to_string().contains("you must specify at least 1 command"));
+        let done = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Succeeded"}});
+        let e = remote_command_path(RemoteCommand::Attach, &done, "stdin=true").unwrap_err().to_string();
+        assert!(e.contains("cannot exec into or attach to a container in a completed pod; current phase is Succeeded"), "{e}");
+        let no_uid = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}});
+        assert_eq!(remote_command_path(RemoteCommand::Attach, &no_uid, "stdout=1").unwrap(), "/attach/default/p/c?output=1");
     }
 }
