@@ -8,6 +8,10 @@ pub enum Subresource {
     Scale,
     Log,
     Exec,
+    /// `pods/attach`.
+    Attach,
+    /// `pods/portforward`.
+    PortForward,
     Eviction,
     Binding,
     Finalize,
@@ -22,6 +26,8 @@ impl Subresource {
             Subresource::Scale => "scale",
             Subresource::Log => "log",
             Subresource::Exec => "exec",
+            Subresource::Attach => "attach",
+            Subresource::PortForward => "portforward",
             Subresource::Eviction => "eviction",
             Subresource::Binding => "binding",
             Subresource::Finalize => "finalize",
@@ -35,6 +41,8 @@ impl Subresource {
             "scale" => Subresource::Scale,
             "log" => Subresource::Log,
             "exec" => Subresource::Exec,
+            "attach" => Subresource::Attach,
+            "portforward" => Subresource::PortForward,
             "eviction" => Subresource::Eviction,
             "binding" => Subresource::Binding,
             "finalize" => Subresource::Finalize,
@@ -134,7 +142,7 @@ macro_rules! res {
 
 /// Every resource served, in discovery order.
 pub static RESOURCES: &[ResourceDef] = &[
-    res!("", "Pod", "pods", "pod", ns=true, short=["po"], sub=[Status, Log, Exec, Eviction, Binding], name=Subdomain, spec=false,
+    res!("", "Pod", "pods", "pod", ns=true, short=["po"], sub=[Status, Log, Exec, Attach, PortForward, Eviction, Binding], name=Subdomain, spec=false,
         fields=["spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName"], cat=["all"]),
     res!("", "Service", "services", "service", ns=true, short=["svc"], sub=[Status], name=Label, spec=false, fields=[], cat=["all"]),
     res!("", "Endpoints", "endpoints", "endpoints", ns=true, short=["ep"], sub=[], name=Subdomain, spec=false, fields=[]),

@@ -1,14 +1,17 @@
 //! The agent's HTTPS API on port 10250, as the kubelet's: the API server reaches it for
-//! `pods/log` and `pods/exec` (attach and port-forward are not served yet). Callers authenticate with a
-//! client certificate of the cluster CA and are authorized by a SubjectAccessReview on
-//! the node (`nodes/proxy`, `nodes/log`, `nodes/stats`), as the kubelet's webhook mode
+//! `pods/log`, `pods/exec` and `pods/attach` (WebSocket or SPDY, [`exec`], bridged to the
+//! runtime over SPDY by [`cri_stream`]) and `pods/portforward` (SPDY, [`port_forward`]).
+//! Callers authenticate with a client certificate of the cluster CA and are authorized
+//! by a SubjectAccessReview on the node (`nodes/proxy`, `nodes/log`, `nodes/stats`), as the kubelet's webhook mode
 //! does; answers are cached 5 minutes (allowed) or 30 seconds (denied).
 //!
 //! The serving certificate is self-signed at start (the kubelet's default); the API
 //! server, like kube-apiserver without `--kubelet-certificate-authority`, does not check it.
 
+pub mod cri_stream;
 pub mod exec;
 pub mod logs;
+pub mod port_forward;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -66,6 +69,10 @@ pub async fn serve(listen: SocketAddr, client: kube::Client, runtime: Arc<dyn Ru
         .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs))
         .route("/exec/{namespace}/{pod}/{container}", get(exec::exec).post(exec::exec))
         .route("/exec/{namespace}/{pod}/{uid}/{container}", get(exec::exec).post(exec::exec))
+        .route("/attach/{namespace}/{pod}/{container}", get(exec::attach).post(exec::attach))
+        .route("/attach/{namespace}/{pod}/{uid}/{container}", get(exec::attach).post(exec::attach))
+        .route("/portForward/{namespace}/{pod}", get(port_forward::port_forward).post(port_forward::port_forward))
+        .route("/portForward/{namespace}/{pod}/{uid}", get(port_forward::port_forward).post(port_forward::port_forward))
         .with_state(state);
     let (accept, mut incoming) = keelson_client::tls::spawn_accept(listener, tls, Duration::from_secs(10), shutdown.clone());
     tokio::spawn(async move {

@@ -462,6 +462,7 @@ async fn start_container(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, o
         privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
         tty: c.tty.unwrap_or(false),
         stdin: c.stdin.unwrap_or(false),
+        stdin_once: c.stdin_once.unwrap_or(false),
     };
     let _ = std::fs::create_dir_all(PathBuf::from(&sb.log_directory).join(name));
     let id = match ctx.runtime.create_container(&sandbox.id, &sb, &spec).await {

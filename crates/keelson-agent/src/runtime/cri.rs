@@ -223,6 +223,7 @@ impl Runtime for CriRuntime {
             annotations: spec.annotations.clone().into_iter().collect(),
             log_path: spec.log_path.clone(),
             stdin: spec.stdin,
+            stdin_once: spec.stdin_once,
             tty: spec.tty,
             linux: Some(cri::LinuxContainerConfig {
                 resources: Some(cri::LinuxContainerResources {
@@ -272,8 +273,40 @@ impl Runtime for CriRuntime {
         Ok(ExecResult { exit_code: r.exit_code, stdout: r.stdout, stderr: r.stderr })
     }
 
+    async fn sandbox_netns(&self, id: &str) -> Result<Option<String>, RuntimeError> {
+        let req = cri::PodSandboxStatusRequest { pod_sandbox_id: id.into(), verbose: true };
+        let info = self.runtime.clone().pod_sandbox_status(req).await.map_err(call("PodSandboxStatus"))?.into_inner().info;
+        let Some(v) = info.get("info").and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok()) else { return Ok(None) };
+        Ok(netns_of_verbose_info(&v))
+    }
+
     async fn exec_stream(&self, id: &str, cmd: &[String], s: Streams) -> Result<String, RuntimeError> {
         let req = cri::ExecRequest { container_id: id.into(), cmd: cmd.to_vec(), tty: s.tty, stdin: s.stdin, stdout: s.stdout, stderr: s.stderr && !s.tty };
         Ok(self.runtime.clone().exec(req).await.map_err(call("Exec"))?.into_inner().url)
+    }
+
+    async fn attach_stream(&self, id: &str, s: Streams) -> Result<String, RuntimeError> {
+        let req = cri::AttachRequest { container_id: id.into(), tty: s.tty, stdin: s.stdin, stdout: s.stdout, stderr: s.stderr && !s.tty };
+        Ok(self.runtime.clone().attach(req).await.map_err(call("Attach"))?.into_inner().url)
+    }
+}
+
+/// The sandbox's network namespace from containerd's verbose sandbox info: the network
+/// namespace path of its runtime spec, else its process's.
+pub(crate) fn netns_of_verbose_info(v: &serde_json::Value) -> Option<String> {
+    let from_spec = v.pointer("/runtimeSpec/linux/namespaces").and_then(serde_json::Value::as_array).and_then(|ns| {
+        ns.iter().find(|n| n["type"] == "network").and_then(|n| n["path"].as_str()).filter(|p| !p.is_empty()).map(String::from)
+    });
+    from_spec.or_else(|| v["pid"].as_u64().filter(|p| *p > 0).map(|pid| format!("/proc/{pid}/ns/net")))
+}
+
+#[cfg(test)]
+mod netns_tests {
+    #[test]
+    fn the_spec_path_then_the_process() {
+        let v = serde_json::json!({"pid": 42, "runtimeSpec": {"linux": {"namespaces": [{"type": "pid"}, {"type": "network", "path": "/run/netns/cni-1"}]}}});
+        assert_eq!(super::netns_of_verbose_info(&v).as_deref(), Some("/run/netns/cni-1"));
+        assert_eq!(super::netns_of_verbose_info(&serde_json::json!({"pid": 42})).as_deref(), Some("/proc/42/ns/net"));
+        assert_eq!(super::netns_of_verbose_info(&serde_json::json!({"pid": 0})), None);
     }
 }

@@ -89,6 +89,8 @@ pub struct ContainerSpec {
     pub privileged: bool,
     pub tty: bool,
     pub stdin: bool,
+    /// Close the container's stdin when the first attach session that had it ends.
+    pub stdin_once: bool,
 }
 
 /// cgroup settings derived from requests and limits, as the kubelet computes them.
@@ -172,6 +174,15 @@ pub trait Runtime: Send + Sync + 'static {
     async fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult, RuntimeError>;
     /// A streaming exec session: the URL of the runtime's streaming server serving it.
     async fn exec_stream(&self, id: &str, cmd: &[String], streams: Streams) -> Result<String, RuntimeError>;
+    /// A streaming attach session to the container's own process: the URL of the
+    /// runtime's streaming server serving it.
+    async fn attach_stream(&self, id: &str, streams: Streams) -> Result<String, RuntimeError>;
+    /// The network namespace of sandbox `id` as a path to open (`/proc/<pid>/ns/net` or a
+    /// bind-mounted netns); `None` when the runtime does not say.
+    async fn sandbox_netns(&self, id: &str) -> Result<Option<String>, RuntimeError> {
+        let _ = id;
+        Ok(None)
+    }
 }
 
 /// Which streams an exec session carries.

@@ -210,6 +210,8 @@ fn subresource_info(d: &crate::catalog::ResourceDef, s: Subresource) -> (&'stati
         Subresource::Scale => ("Scale", "autoscaling", "v1", &["get", "patch", "update"]),
         Subresource::Log => ("Pod", "", "v1", &["get"]),
         Subresource::Exec => ("PodExecOptions", "", "v1", &["create", "get"]),
+        Subresource::Attach => ("PodAttachOptions", "", "v1", &["create", "get"]),
+        Subresource::PortForward => ("PodPortForwardOptions", "", "v1", &["create", "get"]),
         Subresource::Eviction => ("Eviction", "policy", "v1", &["create"]),
         Subresource::Binding => ("Binding", "", "v1", &["create"]),
         Subresource::Finalize => ("Namespace", "", "v1", &["update"]),
@@ -241,7 +243,7 @@ mod tests {
     fn core_list_has_pods_with_subresources() {
         let l = resource_list("", "v1").unwrap();
         let names: Vec<&str> = l["resources"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
-        for n in ["pods", "pods/log", "pods/exec", "pods/eviction", "pods/status", "services", "nodes", "namespaces/finalize"] {
+        for n in ["pods", "pods/log", "pods/exec", "pods/attach", "pods/portforward", "pods/eviction", "pods/status", "services", "nodes", "namespaces/finalize"] {
             assert!(names.contains(&n), "{n} missing");
         }
         let apps = resource_list("apps", "v1").unwrap();

@@ -98,6 +98,106 @@ impl KubeletClient {
     }
 }
 
+/// The WebSocket subprotocol of tunnelled port-forwarding (kubectl 1.31+).
+pub const PORT_FORWARD_TUNNEL_PROTOCOL: &str = "SPDY/3.1+portforward.k8s.io";
+
+impl KubeletClient {
+    /// Port-forwarding tunnelled in a WebSocket (kube-apiserver's `streamtunnel`): dials
+    /// the agent with a SPDY upgrade, then carries the raw SPDY bytes, each binary message
+    /// of the client to the agent as part of one byte stream and the agent's bytes back as
+    /// binary messages. Only once the agent has switched protocols does the client get its
+    /// `101`; anything else the agent answers is passed back as is.
+    async fn tunnel(&self, addr: &str, host: &str, path: &str, req: axum::extract::Request) -> Result<Response, ApiError> {
+        use axum::extract::ws::{Message, WebSocketUpgrade};
+        use axum::extract::FromRequest;
+        use futures::{SinkExt, StreamExt};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let ws = WebSocketUpgrade::from_request(req, &()).await.map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let mut sender = self.connect(addr, host).await?;
+        let upstream = http::Request::post(path)
+            .header("host", addr)
+            .header("connection", "Upgrade")
+            .header("upgrade", "SPDY/3.1")
+            .header("x-stream-protocol-version", "portforward.k8s.io")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let mut resp = sender.send_request(upstream).await.map_err(|e| ApiError::Unavailable(format!("the node agent at {addr}: {e}")))?;
+        if resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+            let (parts, body) = resp.into_parts();
+            return Ok(Response::from_parts(parts, Body::new(body)));
+        }
+        let agent_side = hyper::upgrade::on(&mut resp);
+        Ok(ws.protocols([PORT_FORWARD_TUNNEL_PROTOCOL]).on_upgrade(move |socket| async move {
+            let Ok(agent) = agent_side.await else { return };
+            let (mut agent_rd, mut agent_wr) = tokio::io::split(TokioIo::new(agent));
+            let (mut ws_tx, mut ws_rx) = socket.split();
+            let up = async {
+                while let Some(Ok(m)) = ws_rx.next().await {
+                    match m {
+                        Message::Binary(b) => {
+                            if agent_wr.write_all(&b).await.is_err() {
+                                break;
+                            }
+                        }
+                        Message::Close(_) => break,
+                        _ => {}
+                    }
+                }
+                let _ = agent_wr.shutdown().await;
+            };
+            let down = async {
+                let mut buf = vec![0u8; 32 * 1024];
+                loop {
+                    match agent_rd.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if ws_tx.send(Message::Binary(bytes::Bytes::copy_from_slice(&buf[..n]))).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                let _ = ws_tx.send(Message::Close(None)).await;
+            };
+            // Either side ending ends the session: kubectl closes the WebSocket to stop.
+            tokio::select! {
+                _ = up => {}
+                _ = down => {}
+            }
+        }))
+    }
+}
+
+/// Whether `req` asks for tunnelled port-forwarding (a WebSocket offering
+/// [`PORT_FORWARD_TUNNEL_PROTOCOL`]) rather than a SPDY upgrade.
+pub(crate) fn wants_tunnel(headers: &http::HeaderMap) -> bool {
+    let websocket = headers.get("upgrade").and_then(|v| v.to_str().ok()).is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
+    let offered = headers.get_all("sec-websocket-protocol").iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(|p| p.trim() == PORT_FORWARD_TUNNEL_PROTOCOL);
+    websocket && offered
+}
+
+/// `GET|POST pods/NAME/portforward`: a SPDY upgrade is proxied to the node's agent byte
+/// for byte; a WebSocket offering `SPDY/3.1+portforward.k8s.io` is tunnelled to it.
+pub(crate) async fn pod_port_forward(kubelet: Option<&KubeletClient>, pod: &Value, node: &Value, req: axum::extract::Request) -> Result<Response, ApiError> {
+    let name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let ns = pod.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
+    let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
+    if phase == "Succeeded" || phase == "Failed" {
+        return Err(ApiError::BadRequest(format!("cannot port-forward to a completed pod; current phase is {phase}")));
+    }
+    let Some(kubelet) = kubelet else { return Err(ApiError::Unavailable("this API server has no kubelet client identity (no cluster CA key)".into())) };
+    let node_name = node.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let Some((addr, host)) = kubelet_address(node) else { return Err(ApiError::Unavailable(format!("node {node_name:?} reports no address"))) };
+    let uid = pod.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("");
+    let path = if uid.is_empty() { format!("/portForward/{ns}/{name}") } else { format!("/portForward/{ns}/{name}/{uid}") };
+    if wants_tunnel(req.headers()) {
+        tracing::info!(pod = %format!("{ns}/{name}"), node = node_name, "port-forward tunnelled in a WebSocket");
+        return kubelet.tunnel(&addr, &host, &path, req).await;
+    }
+    tracing::info!(pod = %format!("{ns}/{name}"), node = node_name, "port-forward over SPDY");
+    kubelet.upgrade(&addr, &host, &path, req).await
+}
+
 /// The agent address of a Node: its InternalIP (else Hostname) and kubelet port.
 pub(crate) fn kubelet_address(node: &Value) -> Option<(String, String)> {
     let addresses = node.pointer("/status/addresses")?.as_array()?;
@@ -143,22 +243,34 @@ pub(crate) async fn pod_log(kubelet: Option<&KubeletClient>, pod: &Value, node: 
     kubelet.get(&addr, &host, &path).await
 }
 
-/// `GET|POST pods/NAME/exec`: the upgraded (WebSocket) session of the pod's node agent.
-pub(crate) async fn pod_exec(kubelet: Option<&KubeletClient>, pod: &Value, node: &Value, req: axum::extract::Request) -> Result<Response, ApiError> {
+/// Which remote-command subresource a request is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RemoteCommand {
+    Exec,
+    Attach,
+}
+
+/// The agent's path for a remote command on `pod` asked with `raw` (the client's query):
+/// `/{exec|attach}/{ns}/{pod}[/{uid}]/{container}` with the kubelet's query names
+/// (`input`, `output`, `error`, `tty`, and for exec `command`, still encoded).
+pub(crate) fn remote_command_path(kind: RemoteCommand, pod: &Value, raw: &str) -> Result<String, ApiError> {
     let name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
     let ns = pod.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
-    let raw = req.uri().query().unwrap_or("").to_string();
     let pairs: Vec<(&str, &str)> = raw.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, ""))).collect();
     let asked = pairs.iter().find(|(k, _)| *k == "container").map(|(_, v)| *v);
     let container = log_container(pod, name, asked)?;
-    if !pairs.iter().any(|(k, _)| *k == "command") {
+    let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
+    if phase == "Succeeded" || phase == "Failed" {
+        return Err(ApiError::BadRequest(format!("cannot exec into or attach to a container in a completed pod; current phase is {phase}")));
+    }
+    if kind == RemoteCommand::Exec && !pairs.iter().any(|(k, _)| *k == "command") {
         return Err(ApiError::BadRequest("you must specify at least 1 command".into()));
     }
     let mut query = Vec::new();
     for (k, v) in &pairs {
         let on = *v == "true" || *v == "1";
         match *k {
-            "command" => query.push(format!("command={v}")),
+            "command" if kind == RemoteCommand::Exec => query.push(format!("command={v}")),
             "stdin" if on => query.push("input=1".into()),
             "stdout" if on => query.push("output=1".into()),
             "stderr" if on => query.push("error=1".into()),
@@ -166,10 +278,23 @@ pub(crate) async fn pod_exec(kubelet: Option<&KubeletClient>, pod: &Value, node:
             _ => {}
         }
     }
+    let uid = pod.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("");
+    let sub = if kind == RemoteCommand::Exec { "exec" } else { "attach" };
+    let query = query.join("&");
+    Ok(if uid.is_empty() { format!("/{sub}/{ns}/{name}/{container}?{query}") } else { format!("/{sub}/{ns}/{name}/{uid}/{container}?{query}") })
+}
+
+/// `GET|POST pods/NAME/exec` and `pods/NAME/attach`: the upgraded session (WebSocket, or
+/// SPDY from kubectl before 1.30) of the pod's node agent, proxied byte for byte.
+pub(crate) async fn pod_remote_command(kubelet: Option<&KubeletClient>, kind: RemoteCommand, pod: &Value, node: &Value, req: axum::extract::Request) -> Result<Response, ApiError> {
+    let path = remote_command_path(kind, pod, req.uri().query().unwrap_or(""))?;
     let Some(kubelet) = kubelet else { return Err(ApiError::Unavailable("this API server has no kubelet client identity (no cluster CA key)".into())) };
     let node_name = node.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
     let Some((addr, host)) = kubelet_address(node) else { return Err(ApiError::Unavailable(format!("node {node_name:?} reports no address"))) };
-    let path = format!("/exec/{ns}/{name}/{container}?{}", query.join("&"));
+    let pod_name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let upgrade = req.headers().get("upgrade").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let sub = if kind == RemoteCommand::Exec { "pods/exec" } else { "pods/attach" };
+    tracing::info!(pod = pod_name, node = node_name, upgrade = %upgrade, "{sub}");
     kubelet.upgrade(&addr, &host, &path, req).await
 }
 
@@ -200,10 +325,40 @@ mod tests {
     }
 
     #[test]
+    fn only_a_websocket_offering_the_tunnel_protocol_is_tunnelled() {
+        let h = |pairs: &[(&str, &str)]| {
+            let mut m = http::HeaderMap::new();
+            for (k, v) in pairs {
+                m.append(http::HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
+            }
+            m
+        };
+        assert!(wants_tunnel(&h(&[("upgrade", "websocket"), ("sec-websocket-protocol", "SPDY/3.1+portforward.k8s.io")])));
+        assert!(wants_tunnel(&h(&[("upgrade", "WebSocket"), ("sec-websocket-protocol", "v4.channel.k8s.io, SPDY/3.1+portforward.k8s.io")])));
+        assert!(!wants_tunnel(&h(&[("upgrade", "SPDY/3.1"), ("x-stream-protocol-version", "portforward.k8s.io")])));
+        assert!(!wants_tunnel(&h(&[("upgrade", "websocket"), ("sec-websocket-protocol", "v5.channel.k8s.io")])));
+    }
+
+    #[test]
     fn agents_are_reached_on_their_internal_ip_and_kubelet_port() {
         let node = json!({"status": {"addresses": [{"type": "Hostname", "address": "n1"}, {"type": "InternalIP", "address": "10.0.0.5"}], "daemonEndpoints": {"kubeletEndpoint": {"Port": 10251}}}});
         assert_eq!(kubelet_address(&node), Some(("10.0.0.5:10251".into(), "10.0.0.5".into())));
         assert_eq!(kubelet_address(&json!({"status": {"addresses": [{"type": "Hostname", "address": "n2"}]}})), Some(("n2:10250".into(), "n2".into())));
         assert_eq!(urlencode("2026-01-01T00:00:00Z"), "2026-01-01T00%3A00%3A00Z");
+    }
+
+    #[test]
+    fn remote_commands_reach_the_agent_with_the_kubelets_query() {
+        let pod = json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"}, "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Running"}});
+        let q = "command=sh&command=-c&command=echo%20hi&container=c&stdin=true&stdout=true&stderr=true&tty=false";
+        assert_eq!(remote_command_path(RemoteCommand::Exec, &pod, q).unwrap(), "/exec/ns/p/u-1/c?command=sh&command=-c&command=echo%20hi&input=1&output=1&error=1");
+        // Attach takes no command, and needs none.
+        assert_eq!(remote_command_path(RemoteCommand::Attach, &pod, "command=x&stdin=true&stdout=true&tty=true").unwrap(), "/attach/ns/p/u-1/c?input=1&output=1&tty=1");
+        assert!(remote_command_path(RemoteCommand::Exec, &pod, "stdout=true").unwrap_err().to_string().contains("you must specify at least 1 command"));
+        let done = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Succeeded"}});
+        let e = remote_command_path(RemoteCommand::Attach, &done, "stdin=true").unwrap_err().to_string();
+        assert!(e.contains("cannot exec into or attach to a container in a completed pod; current phase is Succeeded"), "{e}");
+        let no_uid = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}});
+        assert_eq!(remote_command_path(RemoteCommand::Attach, &no_uid, "stdout=1").unwrap(), "/attach/default/p/c?output=1");
     }
 }

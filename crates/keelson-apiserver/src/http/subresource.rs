@@ -146,7 +146,7 @@ pub(crate) async fn handle(
             let out = super::review::token_request(state, ns.as_deref().unwrap_or("default"), &name, tr).await?;
             Ok(json_response(StatusCode::CREATED, &out))
         }
-        (Subresource::Log | Subresource::Exec, _) => {
+        (Subresource::Log | Subresource::Exec | Subresource::Attach | Subresource::PortForward, _) => {
             let pod = reg.get(def, ns.as_deref(), &name).await?;
             let node = pod.obj.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("");
             if node.is_empty() {
@@ -157,7 +157,11 @@ pub(crate) async fn handle(
             if sub == Subresource::Log {
                 return super::node_proxy::pod_log(state.kubelet.as_ref(), &pod.obj, &node_obj.obj, &q).await;
             }
-            super::node_proxy::pod_exec(state.kubelet.as_ref(), &pod.obj, &node_obj.obj, req).await
+            if sub == Subresource::PortForward {
+                return super::node_proxy::pod_port_forward(state.kubelet.as_ref(), &pod.obj, &node_obj.obj, req).await;
+            }
+            let kind = if sub == Subresource::Attach { super::node_proxy::RemoteCommand::Attach } else { super::node_proxy::RemoteCommand::Exec };
+            super::node_proxy::pod_remote_command(state.kubelet.as_ref(), kind, &pod.obj, &node_obj.obj, req).await
         }
         _ => Err(ApiError::MethodNotAllowed),
     }

@@ -1,0 +1,180 @@
+//! `kubectl exec`, `kubectl cp` and `kubectl attach` end to end with stdin that ends: the
+//! real kubectl, through the API server, to `keelson agent`, which reaches containerd's
+//! streaming server over SPDY so that the end of the client's stdin (WebSocket v5
+//! `[255, 0]` from kubectl 1.33, a SPDY FIN from kubectl 1.29) closes the process's stdin.
+//!
+//! Needs root, containerd and the rest of the node tests' tools; skipped loudly otherwise.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+
+mod node_support;
+use node_support::{node_ready, node_tests_possible, poll, start_server, NodeNet};
+
+const KUBECTL_1_29: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.29";
+
+/// Runs `kubectl args` with `stdin` as its whole input (then EOF); fails the test if it
+/// has not ended within `limit` (a lost end of stdin shows as a hang).
+fn kubectl_with(kubectl: &str, kubeconfig: &Path, args: &[&str], stdin: &[u8], limit: Duration) -> Output {
+    let mut child = Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    let mut input = child.stdin.take().unwrap();
+    let data = stdin.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = input.write_all(&data);
+        // Dropping `input` is the EOF.
+    });
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let out_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            let err = String::from_utf8_lossy(&err_reader.join().unwrap()).to_string();
+            panic!("{kubectl} {args:?} did not end within {limit:?} (stdin's end lost?); stderr: {err}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    feeder.join().unwrap();
+    Output { status, stdout: out_reader.join().unwrap(), stderr: err_reader.join().unwrap() }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).to_string()
+}
+
+async fn running(pods: &Api<Pod>, name: &str) {
+    poll(&format!("{name} Running"), Duration::from_secs(90), || async {
+        let p = pods.get_opt(name).await.ok().flatten()?;
+        let st = p.status?;
+        (st.phase.as_deref() == Some("Running") && st.container_statuses?.iter().all(|c| c.ready)).then_some(())
+    })
+    .await;
+}
+
+/// Bytes no text handling would leave alone: every byte value, NULs and CRs included.
+fn binary_payload() -> Vec<u8> {
+    let mut x: u32 = 0x1234_5678;
+    (0..300_000)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            if i < 256 { i as u8 } else { (x >> 24) as u8 }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_cp_and_attach_with_stdin_that_ends() {
+    if !node_tests_possible("kubectl exec -i, cp and attach into real pods") {
+        return;
+    }
+    assert!(Path::new(KUBECTL_1_29).exists(), "{KUBECTL_1_29} is part of the test image");
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir: PathBuf = tmp.path().to_path_buf();
+    let net = NodeNet::create(0);
+    let cluster = start_server(&net, &dir).await;
+    let _agent = node_support::start_agent(&net, &dir, &cluster.url, &cluster.token, "n1", "10.42.9.0/24", "agent.log");
+    node_ready(&cluster.client, "n1").await;
+    let kc = cluster.kubeconfig.clone();
+    let logs = || format!("server log:\n{}\nagent log (tail):\n{}", tail(&dir.join("server.log"), 30), tail(&dir.join("agent.log"), 60));
+
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
+    let spec = |name: &str, extra: serde_json::Value| -> Pod {
+        let mut c = json!({"name": "c", "image": "keelson.local/busybox:stable"});
+        c.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 1, "restartPolicy": "Never", "containers": [c]}})).unwrap()
+    };
+    pods.create(&PostParams::default(), &spec("box", json!({"command": ["sleep", "3600"]}))).await.unwrap();
+    pods.create(&PostParams::default(), &spec("reader", json!({"command": ["sh", "-c", "while read l; do echo got:$l; done; echo bye"], "stdin": true, "stdinOnce": true}))).await.unwrap();
+    running(&pods, "box").await;
+    running(&pods, "reader").await;
+    let limit = Duration::from_secs(60);
+
+    // kubectl 1.33 (WebSocket v5): stdin's end reaches `cat`, which then exits 0.
+    let o = kubectl_with("kubectl", &kc, &["exec", "-i", "box", "--", "cat"], b"hi\n", limit);
+    assert_eq!((o.status.code(), text(&o.stdout).as_str()), (Some(0), "hi\n"), "echo hi | kubectl exec -i box -- cat; stderr: {}\n{}", text(&o.stderr), logs());
+    let o = kubectl_with("kubectl", &kc, &["exec", "-i", "box", "--", "wc", "-c"], &vec![b'x'; 200_000], limit);
+    assert_eq!(text(&o.stdout).trim(), "200000", "all of a large stdin arrives before its end; stderr: {}", text(&o.stderr));
+    // The exit code passes through; stdout and stderr stay apart.
+    let o = kubectl_with("kubectl", &kc, &["exec", "box", "--", "sh", "-c", "echo out; echo err >&2; exit 7"], b"", limit);
+    assert_eq!(o.status.code(), Some(7), "exit 7; stderr: {}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "out\n");
+    assert!(text(&o.stderr).starts_with("err\n"), "{}", text(&o.stderr));
+    let server_log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+    assert!(server_log.lines().any(|l| l.contains("pods/exec") && l.contains("websocket")), "kubectl 1.33 used its WebSocket\n{}", logs());
+
+    // kubectl cp into the pod (exec of `tar -xmf -` with stdin) and back out.
+    let payload = binary_payload();
+    let local = dir.join("payload.bin");
+    std::fs::write(&local, &payload).unwrap();
+    let o = kubectl_with("kubectl", &kc, &["cp", local.to_str().unwrap(), "box:/tmp/payload.bin"], b"", limit);
+    assert!(o.status.success(), "kubectl cp into the pod: {}\n{}", text(&o.stderr), logs());
+    let o = kubectl_with("kubectl", &kc, &["exec", "box", "--", "wc", "-c", "/tmp/payload.bin"], b"", limit);
+    assert!(text(&o.stdout).starts_with(&payload.len().to_string()), "the file in the pod: {}", text(&o.stdout));
+    let back = dir.join("back.bin");
+    let o = kubectl_with("kubectl", &kc, &["cp", "box:/tmp/payload.bin", back.to_str().unwrap()], b"", limit);
+    assert!(o.status.success(), "kubectl cp out of the pod: {}", text(&o.stderr));
+    assert!(std::fs::read(&back).unwrap() == payload, "the bytes that come back are the bytes that went in");
+
+    // kubectl 1.29 speaks SPDY (v5 offered first) to the API server and on to the agent.
+    let o = kubectl_with(KUBECTL_1_29, &kc, &["exec", "-i", "box", "--", "cat"], b"hi\n", limit);
+    assert_eq!((o.status.code(), text(&o.stdout).as_str()), (Some(0), "hi\n"), "kubectl 1.29 exec -i cat; stderr: {}\n{}", text(&o.stderr), logs());
+    let o = kubectl_with(KUBECTL_1_29, &kc, &["exec", "box", "--", "sh", "-c", "echo out; echo err >&2; exit 7"], b"", limit);
+    assert_eq!((o.status.code(), text(&o.stdout).as_str()), (Some(7), "out\n"), "kubectl 1.29 exit 7; stderr: {}", text(&o.stderr));
+    assert!(text(&o.stderr).starts_with("err\n"), "{}", text(&o.stderr));
+    let back29 = dir.join("back29.bin");
+    let o = kubectl_with(KUBECTL_1_29, &kc, &["cp", local.to_str().unwrap(), "box:/tmp/p29.bin"], b"", limit);
+    assert!(o.status.success(), "kubectl 1.29 cp into the pod: {}", text(&o.stderr));
+    let o = kubectl_with(KUBECTL_1_29, &kc, &["cp", "box:/tmp/p29.bin", back29.to_str().unwrap()], b"", limit);
+    assert!(o.status.success() && std::fs::read(&back29).unwrap() == payload, "kubectl 1.29 cp round trip: {}", text(&o.stderr));
+    let server_log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+    assert!(server_log.lines().any(|l| l.contains("pods/exec") && l.contains("SPDY/3.1")), "kubectl 1.29 used SPDY\n{}", logs());
+
+    // kubectl attach to a container reading stdin: what is sent arrives, and its end
+    // (stdinOnce) ends the container, which ends the attach.
+    let o = kubectl_with("kubectl", &kc, &["attach", "-i", "reader"], b"one\ntwo\n", limit);
+    assert_eq!(text(&o.stdout), "got:one\ngot:two\nbye\n", "kubectl attach -i reader; stderr: {}\n{}", text(&o.stderr), logs());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let server_log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+    assert!(server_log.contains("pods/attach"), "attach went through pods/attach\n{}", logs());
+    poll("reader Succeeded", Duration::from_secs(30), || async {
+        let p = pods.get_opt("reader").await.ok().flatten()?;
+        (p.status?.phase.as_deref() == Some("Succeeded")).then_some(())
+    })
+    .await;
+}
+
+fn tail(p: &Path, n: usize) -> String {
+    let s = std::fs::read_to_string(p).unwrap_or_default();
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
