@@ -1,11 +1,11 @@
 use super::*;
 use serde_json::{json, Value};
 
-fn node() -> NodeInfo {
+pub(crate) fn node() -> NodeInfo {
     NodeInfo { name: "n1".into(), addresses: vec!["192.168.5.2".parse().unwrap()], pod_cidrs: vec!["10.42.1.0/24".into()], dns: Some("192.168.5.2".parse().unwrap()) }
 }
 
-fn svc(name: &str, extra: Value) -> Service {
+pub(crate) fn svc(name: &str, extra: Value) -> Service {
     let mut s = json!({"metadata": {"name": name, "namespace": "d"},
         "spec": {"type": "ClusterIP", "clusterIP": "10.43.0.5", "clusterIPs": ["10.43.0.5"], "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}});
     for (k, v) in extra.as_object().unwrap() {
@@ -19,7 +19,7 @@ fn svc(name: &str, extra: Value) -> Service {
 }
 
 /// A slice of `svc` with endpoints (ip, node, ready, serving, terminating) on port 8080 "http".
-fn slice(svc: &str, eps: &[(&str, &str, bool, bool, bool)]) -> EndpointSlice {
+pub(crate) fn slice(svc: &str, eps: &[(&str, &str, bool, bool, bool)]) -> EndpointSlice {
     let endpoints: Vec<Value> = eps.iter().map(|(ip, node, r, s, t)| json!({"addresses": [ip], "nodeName": node, "conditions": {"ready": r, "serving": s, "terminating": t}})).collect();
     serde_json::from_value(json!({"metadata": {"name": format!("{svc}-0"), "namespace": "d", "labels": {SERVICE_NAME_LABEL: svc}},
         "addressType": "IPv4", "endpoints": endpoints, "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]})).unwrap()
@@ -28,7 +28,7 @@ fn slice(svc: &str, eps: &[(&str, &str, bool, bool, bool)]) -> EndpointSlice {
 fn out(services: &[Service], slices: &[EndpointSlice]) -> String {
     let s: Vec<&Service> = services.iter().collect();
     let e: Vec<&EndpointSlice> = slices.iter().collect();
-    render(&s, &e, &node())
+    render(&s, &e, &node()).table()
 }
 
 /// The body of chain `name` (without its braces).
