@@ -114,8 +114,9 @@ pub fn diff(prev: &Model, next: &Model) -> String {
     keys.sort();
     keys.dedup();
     for key in keys {
-        let (a, b) = (prev.services.get(key).unwrap_or(&empty), next.services.get(key).unwrap_or(&empty));
-        if a != b {
+        let (a, b) = (prev.services.get(key).map(|r| r.as_ref()).unwrap_or(&empty), next.services.get(key).map(|r| r.as_ref()).unwrap_or(&empty));
+        // Rules of an unchanged Service are most often the very same (cached) object.
+        if !std::ptr::eq(a, b) && a != b {
             diff_service(&mut steps, a, b);
         }
     }

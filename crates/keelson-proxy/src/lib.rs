@@ -92,12 +92,13 @@ where
 }
 
 /// Renders what the stores hold now, with the UDP flows the rules allow.
-fn current(services: &Store<Service>, slices: &Store<EndpointSlice>, node: &NodeInfo) -> (render::Model, BTreeSet<render::UdpFlow>) {
+fn current(cache: &mut render::RenderCache, services: &Store<Service>, slices: &Store<EndpointSlice>, node: &NodeInfo) -> (render::Model, BTreeSet<render::UdpFlow>) {
     let svcs = services.state();
     let sls = slices.state();
+    let model = render::render_cached(cache, &svcs, &sls, node);
     let svcs: Vec<&Service> = svcs.iter().map(|s| s.as_ref()).collect();
     let sls: Vec<&EndpointSlice> = sls.iter().map(|s| s.as_ref()).collect();
-    (render::render(&svcs, &sls, node), render::udp_flows(&svcs, &sls, node))
+    (model, render::udp_flows(&svcs, &sls, node))
 }
 
 /// Runs the proxy until `shutdown`, then removes its table.
@@ -115,6 +116,7 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, shutdown: CancellationT
     }
     // The model the kernel holds; None when unknown (first sync, after a failed apply).
     let mut applied: Option<render::Model> = None;
+    let mut cache = render::RenderCache::default();
     let mut last_full = Instant::now();
     let mut flows: BTreeSet<render::UdpFlow> = BTreeSet::new();
     let mut conntrack_missing = false;
@@ -134,7 +136,7 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, shutdown: CancellationT
         let span = tracing::info_span!("proxy-sync", node = %cfg.node.name);
         let _enter = span.enter();
         let started = Instant::now();
-        let (model, new_flows) = current(&services, &slices, &cfg.node);
+        let (model, new_flows) = current(&mut cache, &services, &slices, &cfg.node);
         let rendered = started.elapsed();
         let Some(sync) = plan(applied.as_ref(), &model, last_full.elapsed() >= cfg.resync) else {
             continue;

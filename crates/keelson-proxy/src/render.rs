@@ -23,9 +23,10 @@
 //!
 //! Only IPv4 is rendered (the `ip` family); the `ip6` table is left for dual-stack work.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
@@ -181,8 +182,9 @@ pub struct ServiceRules {
 pub struct Model {
     /// The node's addresses (elements of `nodeport-ips`).
     pub node_ips: BTreeSet<Ipv4Addr>,
-    /// `<namespace>/<name>` → that Service's rules.
-    pub services: BTreeMap<String, ServiceRules>,
+    /// `<namespace>/<name>` → that Service's rules (shared with the [`RenderCache`] and
+    /// the previous model while the Service is unchanged).
+    pub services: BTreeMap<String, Arc<ServiceRules>>,
 }
 
 /// The chain that spreads over `targets` (after ClientIP affinity), or None without targets.
@@ -341,26 +343,105 @@ pub fn proxied(svc: &Service) -> bool {
 /// The node's rules. Deterministic: the same input renders the same model whatever the
 /// order of services and slices, so an unchanged ruleset need not be applied again.
 pub fn render(services: &[&Service], slices: &[&EndpointSlice], node: &NodeInfo) -> Model {
-    let mut by_key: BTreeMap<(String, String), &Service> = BTreeMap::new();
-    for s in services.iter().copied().filter(|s| proxied(s)) {
-        by_key.insert((s.metadata.namespace.clone().unwrap_or_default(), s.metadata.name.clone().unwrap_or_default()), s);
+    let by_key = proxied_by_key(services.iter().copied());
+    let slices_of = slices_by_service(slices.iter().copied());
+    let rendered = by_key.iter().map(|((ns, name), svc)| {
+        let slices = slices_of.get(&(ns.as_str(), name.as_str())).map(Vec::as_slice).unwrap_or(&[]);
+        (format!("{ns}/{name}"), Arc::new(render_service(svc, slices, node)))
+    });
+    assemble(node, rendered.collect())
+}
+
+/// Per-Service rules kept from one sync to the next, reused while a Service and its
+/// slices are the very same objects: a reflector's store hands out the same `Arc` until
+/// the object changes, so a sync renders only the Services that changed.
+#[derive(Debug, Default)]
+pub struct RenderCache {
+    node: Option<NodeInfo>,
+    entries: HashMap<String, CacheEntry>,
+}
+
+#[derive(Debug)]
+struct CacheEntry {
+    service: Arc<Service>,
+    slices: Vec<Arc<EndpointSlice>>,
+    rules: Arc<ServiceRules>,
+}
+
+/// [`render`] over shared objects, rendering again only the Services whose object or
+/// slices are not those of the last call. Gives exactly what [`render`] gives.
+pub fn render_cached(cache: &mut RenderCache, services: &[Arc<Service>], slices: &[Arc<EndpointSlice>], node: &NodeInfo) -> Model {
+    if cache.node.as_ref() != Some(node) {
+        cache.entries.clear();
+        cache.node = Some(node.clone());
     }
+    let by_key = proxied_by_key(services.iter());
+    let mut slices_of: BTreeMap<(&str, &str), Vec<&Arc<EndpointSlice>>> = BTreeMap::new();
+    for s in slices {
+        if let Some(svc) = s.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) {
+            slices_of.entry((s.metadata.namespace.as_deref().unwrap_or(""), svc.as_str())).or_default().push(s);
+        }
+    }
+    let mut entries = HashMap::with_capacity(by_key.len());
+    let mut rendered = Vec::with_capacity(by_key.len());
+    for ((ns, name), svc) in &by_key {
+        let key = format!("{ns}/{name}");
+        let mut mine: Vec<Arc<EndpointSlice>> = slices_of.get(&(ns.as_str(), name.as_str())).map(|v| v.iter().map(|s| Arc::clone(s)).collect()).unwrap_or_default();
+        mine.sort_by_key(|s| Arc::as_ptr(s) as usize);
+        let entry = match cache.entries.remove(&key) {
+            Some(e) if Arc::ptr_eq(&e.service, svc) && e.slices.len() == mine.len() && e.slices.iter().zip(&mine).all(|(a, b)| Arc::ptr_eq(a, b)) => e,
+            _ => {
+                let refs: Vec<&EndpointSlice> = mine.iter().map(|s| s.as_ref()).collect();
+                CacheEntry { service: Arc::clone(svc), rules: Arc::new(render_service(svc, &refs, node)), slices: mine }
+            }
+        };
+        rendered.push((key.clone(), Arc::clone(&entry.rules)));
+        entries.insert(key, entry);
+    }
+    cache.entries = entries;
+    assemble(node, rendered)
+}
+
+/// The proxied Services by (namespace, name).
+fn proxied_by_key<'a, S: std::borrow::Borrow<Service> + 'a>(services: impl Iterator<Item = &'a S>) -> BTreeMap<(String, String), &'a S> {
+    let mut by_key = BTreeMap::new();
+    for s in services.filter(|s| proxied((*s).borrow())) {
+        let m = &(*s).borrow().metadata;
+        by_key.insert((m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default()), s);
+    }
+    by_key
+}
+
+fn slices_by_service<'a>(slices: impl Iterator<Item = &'a EndpointSlice>) -> BTreeMap<(&'a str, &'a str), Vec<&'a EndpointSlice>> {
     let mut slices_of: BTreeMap<(&str, &str), Vec<&EndpointSlice>> = BTreeMap::new();
     for s in slices {
         if let Some(svc) = s.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) {
             slices_of.entry((s.metadata.namespace.as_deref().unwrap_or(""), svc.as_str())).or_default().push(s);
         }
     }
-    let mut model = Model { node_ips: node.addresses.iter().copied().collect(), services: BTreeMap::new() };
-    let mut claimed: BTreeSet<(Map, String)> = BTreeSet::new();
-    for ((ns, name), svc) in &by_key {
-        let slices = slices_of.get(&(ns.as_str(), name.as_str())).map(Vec::as_slice).unwrap_or(&[]);
-        let mut r = render_service(svc, slices, node);
-        // Two Services may claim one key (the same externalIP and port): the first keeps it.
-        r.elements.retain(|k, _| claimed.insert(k.clone()));
-        model.services.insert(format!("{ns}/{name}"), r);
+    slices_of
+}
+
+/// The model of Services rendered one by one, in key order. Two Services may claim one
+/// key (the same externalIP and port): the first keeps it.
+fn assemble(node: &NodeInfo, mut rendered: Vec<(String, Arc<ServiceRules>)>) -> Model {
+    let mut lost: Vec<(usize, Vec<(Map, String)>)> = Vec::new();
+    {
+        let mut claimed: HashSet<&(Map, String)> = HashSet::new();
+        for (i, (_, r)) in rendered.iter().enumerate() {
+            let taken: Vec<(Map, String)> = r.elements.keys().filter(|k| !claimed.insert(*k)).cloned().collect();
+            if !taken.is_empty() {
+                lost.push((i, taken));
+            }
+        }
     }
-    model
+    for (i, taken) in lost {
+        let elements = &mut Arc::make_mut(&mut rendered[i].1).elements;
+        for k in taken {
+            elements.remove(&k);
+        }
+    }
+    Model { node_ips: node.addresses.iter().copied().collect(), services: rendered.into_iter().collect() }
 }
 
 /// One Service's rules (its slices already picked out).

@@ -187,3 +187,34 @@ fn udp_flows_pair_virtual_ips_with_endpoints() {
     let want: BTreeSet<UdpFlow> = [("10.43.0.5".parse().unwrap(), 53, "10.42.1.2".parse().unwrap())].into();
     assert_eq!(flows, want, "only UDP ports, only usable endpoints");
 }
+
+#[test]
+fn the_cache_renders_only_changed_services_and_gives_what_render_gives() {
+    use std::sync::Arc;
+    let a = Arc::new(svc("a", json!({})));
+    let b = Arc::new(svc("b", json!({"clusterIP": "10.43.0.6", "clusterIPs": ["10.43.0.6"], "externalIPs": ["192.168.5.7"]})));
+    let c = Arc::new(svc("c", json!({"clusterIP": "10.43.0.7", "clusterIPs": ["10.43.0.7"], "externalIPs": ["192.168.5.7"]})));
+    let mut slices = vec![Arc::new(slice("a", &[("10.42.1.2", "n1", true, true, false)])), Arc::new(slice("b", &[("10.42.1.3", "n1", true, true, false)])), Arc::new(slice("c", &[("10.42.1.4", "n1", true, true, false)]))];
+    let services = vec![c.clone(), b.clone(), a.clone()];
+    let plain = |services: &[Arc<Service>], slices: &[Arc<EndpointSlice>], node: &NodeInfo| {
+        render(&services.iter().map(|s| s.as_ref()).collect::<Vec<_>>(), &slices.iter().map(|s| s.as_ref()).collect::<Vec<_>>(), node)
+    };
+    let mut cache = RenderCache::default();
+    let first = render_cached(&mut cache, &services, &slices, &node());
+    assert_eq!(first, plain(&services, &slices, &node()));
+    // One slice replaced, the others the same objects in another order.
+    slices[0] = Arc::new(slice("a", &[("10.42.1.9", "n1", true, true, false)]));
+    slices.reverse();
+    let second = render_cached(&mut cache, &services, &slices, &node());
+    assert_eq!(second, plain(&services, &slices, &node()));
+    assert!(!Arc::ptr_eq(&first.services["d/a"], &second.services["d/a"]), "a is rendered again");
+    assert!(Arc::ptr_eq(&first.services["d/b"], &second.services["d/b"]), "b's rules are reused");
+    // b gives up the contested address: c, unchanged, takes it over.
+    let third = render_cached(&mut cache, &[a.clone(), c.clone()], &slices, &node());
+    assert_eq!(third, plain(&[a, c], &slices, &node()));
+    assert!(third.services["d/c"].elements.contains_key(&(Map::ServiceIps, "192.168.5.7 . tcp . 80".to_string())));
+    // Another node: everything rendered anew.
+    let mut other = node();
+    other.pod_cidrs = vec!["10.42.2.0/24".into()];
+    assert_eq!(render_cached(&mut cache, &services, &slices, &other), plain(&services, &slices, &other));
+}
