@@ -286,11 +286,20 @@ fn diffs_leave_the_kernel_as_a_full_sync_would() -> Result<()> {
         eprintln!("SKIPPED diffs_leave_the_kernel_as_a_full_sync_would: {why}");
         return Ok(());
     }
+    /// Deleted on drop, so a failed assertion leaves no namespace behind.
+    struct Netns(String);
+    impl Drop for Netns {
+        fn drop(&mut self) {
+            let _ = sh(&format!("ip netns del {}", self.0));
+        }
+    }
     let tag = std::process::id() % 100000;
     let (inc, full) = (format!("kpinc-{tag}"), format!("kpfull-{tag}"));
     sh(&format!("ip netns add {inc}"))?;
+    let _inc = Netns(inc.clone());
     sh(&format!("ip netns add {full}"))?;
-    let result = (|| -> Result<()> {
+    let _full = Netns(full.clone());
+    {
         let node = NodeInfo { name: "n1".into(), addresses: vec!["192.168.77.2".parse()?], pod_cidrs: vec!["10.42.1.0/24".into()], dns: None };
         let np = json!({"type": "NodePort", "ports": [{"name": "http", "port": 80, "nodePort": 30080, "protocol": "TCP"}]});
         let mut local = np.clone();
@@ -347,9 +356,6 @@ fn diffs_leave_the_kernel_as_a_full_sync_would() -> Result<()> {
             assert_eq!(after, listing(&full)?, "after {what:?}, the script was\n{script}");
             prev = Some(next);
         }
-        Ok(())
-    })();
-    let _ = sh(&format!("ip netns del {inc}"));
-    let _ = sh(&format!("ip netns del {full}"));
-    result
+    }
+    Ok(())
 }
