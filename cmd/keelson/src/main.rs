@@ -66,6 +66,8 @@ enum BenchCmd {
     Controllers(keelson_bench::ControllersBenchArgs),
     /// Pod startup on real nodes: create→Running percentiles, the agents' memory and CPU.
     Pods(keelson_bench::PodsBenchArgs),
+    /// The service proxy as root: a whole 1,000-Service table, then one-Service changes as diffs.
+    Proxy(keelson_bench::ProxyBenchArgs),
 }
 
 fn init_tracing() {
@@ -98,6 +100,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Bench(BenchCmd::Scheduler(args)) => rt.block_on(keelson_bench::run_scheduler_bench(args)),
         Cmd::Bench(BenchCmd::Controllers(args)) => rt.block_on(keelson_bench::run_controllers_bench(args)),
         Cmd::Bench(BenchCmd::Pods(args)) => rt.block_on(keelson_bench::run_pods_bench(args)),
+        Cmd::Bench(BenchCmd::Proxy(args)) => rt.block_on(keelson_bench::run_proxy_bench(args)),
         Cmd::Token(cmd) => rt.block_on(cli_admin::token(cmd)),
         Cmd::Certs(CertsCmd::Check(args)) => cli_admin::certs_check(args),
         Cmd::HollowNodes(args) => rt.block_on(cli_hollow::run(args)),

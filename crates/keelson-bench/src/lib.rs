@@ -2,6 +2,9 @@
 //!
 //! `keelson bench scheduler`: hollow nodes and a burst of pods (see `scheduler`).
 //!
+//! `keelson bench proxy`: keelson-proxy's full and incremental syncs with the real `nft`
+//! (see `proxy`).
+//!
 //! `keelson bench store`: the same closed-loop load against Keelson and etcd.
 //!
 //! Each phase runs N concurrent clients for a fixed time; every client issues one request
@@ -13,6 +16,7 @@ mod api;
 mod controllers;
 mod load;
 mod pods;
+mod proxy;
 mod report;
 mod scheduler;
 
@@ -20,5 +24,6 @@ pub use api::{run_api_bench, ApiBenchArgs};
 pub use controllers::{run_controllers_bench, ControllersBenchArgs, ControllersReport};
 pub use load::{run_store_bench, StoreBenchArgs};
 pub use pods::{run_pods_bench, PodsBenchArgs, PodsReport};
+pub use proxy::{run_proxy_bench, ProxyBenchArgs, ProxyReport};
 pub use report::{PhaseResult, SystemReport};
 pub use scheduler::{run_scheduler_bench, SchedulerBenchArgs, SchedulerReport};

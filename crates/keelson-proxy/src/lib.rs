@@ -1,10 +1,14 @@
 //! The service proxy of a node (kube-proxy's nftables mode): Services and EndpointSlices
-//! from reflectors, rendered as one table by the pure [`render::render`], applied with
-//! `nft -f -` in one transaction whenever the rendered text changes; bursts of changes
-//! are coalesced into one sync. The table (`ip keelson-proxy`) is the only one it
-//! touches, and it is removed when the proxy stops. After a sync, the conntrack entries
-//! of UDP flows to endpoints the rules no longer allow are flushed.
+//! from reflectors, rendered by the pure [`render::render`] into a [`render::Model`] of the
+//! table, applied with `nft -f -` in one transaction whenever the model changes; bursts of
+//! changes are coalesced into one sync. The first sync writes the whole table, as does a
+//! resync every [`ProxyConfig::resync`] and the sync after any failed apply; every other
+//! sync applies only [`diff::diff`] of the last applied model and the new one, so its cost
+//! follows what changed, not the table's size. The table (`ip keelson-proxy`) is the only
+//! one it touches, and it is removed when the proxy stops. After a sync, the conntrack
+//! entries of UDP flows to endpoints the rules no longer allow are flushed.
 
+pub mod diff;
 pub mod nft;
 pub mod render;
 
@@ -27,6 +31,49 @@ pub struct ProxyConfig {
     pub node: NodeInfo,
     /// Changes arriving within this window after the first are synced together.
     pub coalesce: Duration,
+    /// The whole table is written again this long after the last full sync, even without a
+    /// change (repairing whatever else altered it).
+    pub resync: Duration,
+}
+
+/// The full resync period kube-proxy's nftables mode uses too.
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(3600);
+
+/// One sync's `nft -f` script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyncPlan {
+    /// The whole table replaced.
+    Full(String),
+    /// Only what changed since the model the kernel holds.
+    Incremental(String),
+}
+
+impl SyncPlan {
+    pub fn script(&self) -> &str {
+        match self {
+            SyncPlan::Full(s) | SyncPlan::Incremental(s) => s,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SyncPlan::Full(_) => "full",
+            SyncPlan::Incremental(_) => "incremental",
+        }
+    }
+}
+
+/// What to apply to bring the kernel from `applied` (the model it holds, None when unknown:
+/// the first sync or after a failed one) to `next`: the whole table when the state is
+/// unknown or `resync_due`, else the diff, or nothing when the models are equal.
+pub fn plan(applied: Option<&render::Model>, next: &render::Model, resync_due: bool) -> Option<SyncPlan> {
+    match applied {
+        Some(prev) if !resync_due => {
+            let script = diff::diff(prev, next);
+            (!script.is_empty()).then_some(SyncPlan::Incremental(script))
+        }
+        _ => Some(SyncPlan::Full(render::replace_script(&next.table()))),
+    }
 }
 
 /// The proxy stopped with an error.
@@ -45,12 +92,13 @@ where
 }
 
 /// Renders what the stores hold now, with the UDP flows the rules allow.
-fn current(services: &Store<Service>, slices: &Store<EndpointSlice>, node: &NodeInfo) -> (String, BTreeSet<render::UdpFlow>) {
+fn current(cache: &mut render::RenderCache, services: &Store<Service>, slices: &Store<EndpointSlice>, node: &NodeInfo) -> (render::Model, BTreeSet<render::UdpFlow>) {
     let svcs = services.state();
     let sls = slices.state();
+    let model = render::render_cached(cache, &svcs, &sls, node);
     let svcs: Vec<&Service> = svcs.iter().map(|s| s.as_ref()).collect();
     let sls: Vec<&EndpointSlice> = sls.iter().map(|s| s.as_ref()).collect();
-    (render::render(&svcs, &sls, node), render::udp_flows(&svcs, &sls, node))
+    (model, render::udp_flows(&svcs, &sls, node))
 }
 
 /// Runs the proxy until `shutdown`, then removes its table.
@@ -66,33 +114,41 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, shutdown: CancellationT
         _ = shutdown.cancelled() => {}
         _ = ready => {}
     }
-    let mut applied: Option<String> = None;
+    // The model the kernel holds; None when unknown (first sync, after a failed apply).
+    let mut applied: Option<render::Model> = None;
+    let mut cache = render::RenderCache::default();
+    let mut last_full = Instant::now();
     let mut flows: BTreeSet<render::UdpFlow> = BTreeSet::new();
     let mut conntrack_missing = false;
     while !shutdown.is_cancelled() {
         if applied.is_some() {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = changed.notified() => {}
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep(cfg.coalesce) => {}
+                _ = tokio::time::sleep_until((last_full + cfg.resync).into()) => {}
+                _ = changed.notified() => {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = tokio::time::sleep(cfg.coalesce) => {}
+                    }
+                }
             }
         }
         let span = tracing::info_span!("proxy-sync", node = %cfg.node.name);
         let _enter = span.enter();
         let started = Instant::now();
-        let (table, new_flows) = current(&services, &slices, &cfg.node);
+        let (model, new_flows) = current(&mut cache, &services, &slices, &cfg.node);
         let rendered = started.elapsed();
-        if applied.as_deref() == Some(table.as_str()) {
+        let Some(sync) = plan(applied.as_ref(), &model, last_full.elapsed() >= cfg.resync) else {
             continue;
-        }
+        };
         drop(_enter);
-        match nft::apply(&render::replace_script(&table)).await {
+        match nft::apply(sync.script()).await {
             Ok(()) => {
-                tracing::info!(node = %cfg.node.name, render_us = rendered.as_micros() as u64, sync_ms = started.elapsed().as_millis() as u64, bytes = table.len(), "service rules synced");
-                applied = Some(table);
+                tracing::info!(node = %cfg.node.name, kind = sync.kind(), render_us = rendered.as_micros() as u64, sync_ms = started.elapsed().as_millis() as u64, bytes = sync.script().len(), "service rules synced");
+                if let SyncPlan::Full(_) = sync {
+                    last_full = Instant::now();
+                }
+                applied = Some(model);
                 for (vip, port, ep) in flows.difference(&new_flows) {
                     if !nft::flush_udp(*vip, *port, *ep).await && !conntrack_missing {
                         conntrack_missing = true;
@@ -102,16 +158,12 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, shutdown: CancellationT
                 flows = new_flows;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "service rules not applied; retrying");
-                changed.notify_one();
+                // The kernel's table is no longer known for sure: the retry writes it whole.
+                tracing::warn!(error = %e, kind = sync.kind(), "service rules not applied; retrying with a full sync");
+                applied = None;
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-                // A first failure leaves `applied` unset: keep retrying without waiting
-                // for a change.
-                if applied.is_none() {
-                    continue;
                 }
             }
         }

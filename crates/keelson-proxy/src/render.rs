@@ -16,11 +16,17 @@
 //!   on this node, as kube-proxy does.
 //! - Endpoints are the ready ones; serving terminating ones only when none is ready.
 //!
+//! The result is a [`Model`], not text: per Service, the chains with their rules, the
+//! affinity sets and the map elements that lead to its chains. [`Model::table`] writes the
+//! whole table (the first sync and every full resync); [`crate::diff::diff`] writes only
+//! what changed between two models (every other sync).
+//!
 //! Only IPv4 is rendered (the `ip` family); the `ip6` table is left for dual-stack work.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
@@ -125,59 +131,106 @@ fn affinity_set(chain: &str) -> String {
     format!("affinity-{}", &chain[3..])
 }
 
-/// How one Service port is rendered: its chains, its map entries.
-#[derive(Default)]
-struct Rendered {
-    service_ips: Vec<String>,
-    nodeports: Vec<String>,
-    no_endpoint_ips: Vec<String>,
-    no_endpoint_nodeports: Vec<String>,
-    sets: Vec<String>,
-    chains: Vec<String>,
-    endpoint_chains: BTreeSet<String>,
+/// One of the table's four dispatch maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Map {
+    /// `daddr . proto . dport` → the Service port's chain (ClusterIPs, externalIPs, ingress IPs).
+    ServiceIps,
+    /// `proto . dport` on the node's addresses → the external chain (NodePorts).
+    ServiceNodeports,
+    /// `daddr . proto . dport` → reject or drop (a port without usable endpoints).
+    NoEndpointServices,
+    /// `proto . dport` → reject or drop (a NodePort without usable endpoints).
+    NoEndpointNodeports,
+}
+
+impl Map {
+    pub const ALL: [Map; 4] = [Map::ServiceIps, Map::ServiceNodeports, Map::NoEndpointServices, Map::NoEndpointNodeports];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Map::ServiceIps => "service-ips",
+            Map::ServiceNodeports => "service-nodeports",
+            Map::NoEndpointServices => "no-endpoint-services",
+            Map::NoEndpointNodeports => "no-endpoint-nodeports",
+        }
+    }
+
+    fn key_type(self) -> &'static str {
+        match self {
+            Map::ServiceIps | Map::NoEndpointServices => "ipv4_addr . inet_proto . inet_service",
+            Map::ServiceNodeports | Map::NoEndpointNodeports => "inet_proto . inet_service",
+        }
+    }
+}
+
+/// Everything one Service contributes to the table. Chains jump only to chains of the
+/// same Service (and to the table's fixed chains), and sets are used only by them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServiceRules {
+    /// Chain name → its rules, in order (`svc-`, `ext-`, `ep-` chains of every port).
+    pub chains: BTreeMap<String, Vec<String>>,
+    /// Affinity set name → its declaration lines (`type …`, `flags …`, `timeout …`).
+    pub sets: BTreeMap<String, Vec<String>>,
+    /// (map, key) → verdict. A key belongs to one Service only (the first by namespace
+    /// and name when two claim it).
+    pub elements: BTreeMap<(Map, String), String>,
+}
+
+/// The rendered table as data: what a full sync writes and what a diff compares.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Model {
+    /// The node's addresses (elements of `nodeport-ips`).
+    pub node_ips: BTreeSet<Ipv4Addr>,
+    /// `<namespace>/<name>` → that Service's rules (shared with the [`RenderCache`] and
+    /// the previous model while the Service is unchanged).
+    pub services: BTreeMap<String, Arc<ServiceRules>>,
 }
 
 /// The chain that spreads over `targets` (after ClientIP affinity), or None without targets.
-fn balance(r: &mut Rendered, name: &str, prefix: &str, targets: &[Target], affinity: Option<i32>, masquerade_unless: Option<&[String]>) {
-    let mut body = String::new();
+fn balance(r: &mut ServiceRules, name: &str, prefix: &str, targets: &[Target], affinity: Option<i32>, masquerade_unless: Option<&[String]>) {
+    let mut body = Vec::new();
     if let Some(cidrs) = masquerade_unless {
         if cidrs.is_empty() {
-            body.push_str("\t\tjump mark-for-masquerade\n");
+            body.push("jump mark-for-masquerade".to_string());
         } else {
-            let _ = writeln!(body, "\t\tip saddr != {{ {} }} jump mark-for-masquerade", cidrs.join(", "));
+            body.push(format!("ip saddr != {{ {} }} jump mark-for-masquerade", cidrs.join(", ")));
         }
     }
     let eps: Vec<String> = targets.iter().map(|t| format!("ep-{prefix}/{}/{}", t.ip, t.port)).collect();
     if affinity.is_some() {
         for ep in &eps {
-            let _ = writeln!(body, "\t\tip saddr @{} goto {ep}", affinity_set(ep));
+            body.push(format!("ip saddr @{} goto {ep}", affinity_set(ep)));
         }
     }
     if eps.len() == 1 {
-        let _ = writeln!(body, "\t\tgoto {}", eps[0]);
+        body.push(format!("goto {}", eps[0]));
     } else {
         let entries: Vec<String> = eps.iter().enumerate().map(|(i, ep)| format!("{i} : goto {ep}")).collect();
-        let _ = writeln!(body, "\t\tnumgen random mod {} vmap {{ {} }}", eps.len(), entries.join(", "));
+        body.push(format!("numgen random mod {} vmap {{ {} }}", eps.len(), entries.join(", ")));
     }
-    r.chains.push(format!("\tchain {name} {{\n{body}\t}}\n"));
+    r.chains.insert(name.to_string(), body);
 }
 
-fn endpoint_chain(r: &mut Rendered, ep: &str, t: &Target, affinity: Option<i32>, l4: &str) {
-    if !r.endpoint_chains.insert(ep.to_string()) {
+fn endpoint_chain(r: &mut ServiceRules, ep: &str, t: &Target, affinity: Option<i32>, l4: &str) {
+    if r.chains.contains_key(ep) {
         return;
     }
-    let mut body = String::new();
-    let _ = writeln!(body, "\t\tip saddr {} jump mark-for-masquerade", t.ip);
+    let mut body = vec![format!("ip saddr {} jump mark-for-masquerade", t.ip)];
     if let Some(timeout) = affinity {
         let set = affinity_set(ep);
-        r.sets.push(format!("\tset {set} {{\n\t\ttype ipv4_addr\n\t\tflags dynamic,timeout\n\t\ttimeout {timeout}s\n\t}}\n"));
-        let _ = writeln!(body, "\t\tupdate @{set} {{ ip saddr }}");
+        r.sets.insert(set.clone(), vec!["type ipv4_addr".into(), "flags dynamic,timeout".into(), format!("timeout {timeout}s")]);
+        body.push(format!("update @{set} {{ ip saddr }}"));
     }
-    let _ = writeln!(body, "\t\tmeta l4proto {l4} dnat to {}:{}", t.ip, t.port);
-    r.chains.push(format!("\tchain {ep} {{\n{body}\t}}\n"));
+    body.push(format!("meta l4proto {l4} dnat to {}:{}", t.ip, t.port));
+    r.chains.insert(ep.to_string(), body);
 }
 
-fn render_port(r: &mut Rendered, svc: &Service, port: &ServicePort, slices: &[&EndpointSlice], node: &NodeInfo) {
+fn element(r: &mut ServiceRules, map: Map, key: String, verdict: String) {
+    r.elements.entry((map, key)).or_insert(verdict);
+}
+
+fn render_port(r: &mut ServiceRules, svc: &Service, port: &ServicePort, slices: &[&EndpointSlice], node: &NodeInfo) {
     let Some(spec) = svc.spec.as_ref() else { return };
     let Some(l4) = nft_proto(port) else { return };
     let ns = svc.metadata.namespace.as_deref().unwrap_or("default");
@@ -212,23 +265,36 @@ fn render_port(r: &mut Rendered, svc: &Service, port: &ServicePort, slices: &[&E
 
     // Without usable endpoints anywhere: reject; with a Local policy and none here: drop.
     let verdict = |t: &[Target]| if all.is_empty() { Some("goto reject-chain") } else if t.is_empty() { Some("drop") } else { None };
+    let ip_key = |ip: &Ipv4Addr| format!("{ip} . {l4} . {}", port.port);
     if let Some(v) = verdict(&internal) {
-        r.no_endpoint_ips.extend(cluster_ips.iter().map(|ip| format!("{ip} . {l4} . {} : {v}", port.port)));
+        for ip in &cluster_ips {
+            element(r, Map::NoEndpointServices, ip_key(ip), v.to_string());
+        }
     } else {
         balance(r, &svc_chain, &prefix, &internal, affinity, Some(&node.pod_cidrs));
-        r.service_ips.extend(cluster_ips.iter().map(|ip| format!("{ip} . {l4} . {} : goto {svc_chain}", port.port)));
+        for ip in &cluster_ips {
+            element(r, Map::ServiceIps, ip_key(ip), format!("goto {svc_chain}"));
+        }
     }
     if has_external {
         if let Some(v) = verdict(&external) {
-            r.no_endpoint_ips.extend(external_ips.iter().map(|ip| format!("{ip} . {l4} . {} : {v}", port.port)));
-            r.no_endpoint_nodeports.extend(node_port.map(|np| format!("{l4} . {np} : {v}")));
+            for ip in &external_ips {
+                element(r, Map::NoEndpointServices, ip_key(ip), v.to_string());
+            }
+            if let Some(np) = node_port {
+                element(r, Map::NoEndpointNodeports, format!("{l4} . {np}"), v.to_string());
+            }
         } else {
             let ext_targets = if external_local { &external } else { &all };
             // Cluster policy: everything external is masqueraded (the source is lost, the
             // reply comes back here). Local: the source is kept, only local endpoints.
             balance(r, &ext_chain, &prefix, ext_targets, affinity, if external_local { None } else { Some(&[]) });
-            r.service_ips.extend(external_ips.iter().map(|ip| format!("{ip} . {l4} . {} : goto {ext_chain}", port.port)));
-            r.nodeports.extend(node_port.map(|np| format!("{l4} . {np} : goto {ext_chain}")));
+            for ip in &external_ips {
+                element(r, Map::ServiceIps, ip_key(ip), format!("goto {ext_chain}"));
+            }
+            if let Some(np) = node_port {
+                element(r, Map::ServiceNodeports, format!("{l4} . {np}"), format!("goto {ext_chain}"));
+            }
         }
     }
     let mut used: Vec<&Target> = Vec::new();
@@ -274,66 +340,168 @@ pub fn proxied(svc: &Service) -> bool {
     spec.type_.as_deref() != Some("ExternalName") && spec.cluster_ip.as_deref().is_some_and(|ip| ip != "None" && !ip.is_empty())
 }
 
-/// The whole table, as `nft -f` reads it. Deterministic: the same input renders the same
-/// text, so an unchanged ruleset need not be applied again.
-pub fn render(services: &[&Service], slices: &[&EndpointSlice], node: &NodeInfo) -> String {
-    let mut by_key: BTreeMap<(String, String), &Service> = BTreeMap::new();
-    for s in services.iter().copied().filter(|s| proxied(s)) {
-        by_key.insert((s.metadata.namespace.clone().unwrap_or_default(), s.metadata.name.clone().unwrap_or_default()), s);
+/// The node's rules. Deterministic: the same input renders the same model whatever the
+/// order of services and slices, so an unchanged ruleset need not be applied again.
+pub fn render(services: &[&Service], slices: &[&EndpointSlice], node: &NodeInfo) -> Model {
+    let by_key = proxied_by_key(services.iter().copied());
+    let slices_of = slices_by_service(slices.iter().copied());
+    let rendered = by_key.iter().map(|((ns, name), svc)| {
+        let slices = slices_of.get(&(ns.as_str(), name.as_str())).map(Vec::as_slice).unwrap_or(&[]);
+        (format!("{ns}/{name}"), Arc::new(render_service(svc, slices, node)))
+    });
+    assemble(node, rendered.collect())
+}
+
+/// Per-Service rules kept from one sync to the next, reused while a Service and its
+/// slices are the very same objects: a reflector's store hands out the same `Arc` until
+/// the object changes, so a sync renders only the Services that changed.
+#[derive(Debug, Default)]
+pub struct RenderCache {
+    node: Option<NodeInfo>,
+    entries: HashMap<String, CacheEntry>,
+}
+
+#[derive(Debug)]
+struct CacheEntry {
+    service: Arc<Service>,
+    slices: Vec<Arc<EndpointSlice>>,
+    rules: Arc<ServiceRules>,
+}
+
+/// [`render`] over shared objects, rendering again only the Services whose object or
+/// slices are not those of the last call. Gives exactly what [`render`] gives.
+pub fn render_cached(cache: &mut RenderCache, services: &[Arc<Service>], slices: &[Arc<EndpointSlice>], node: &NodeInfo) -> Model {
+    if cache.node.as_ref() != Some(node) {
+        cache.entries.clear();
+        cache.node = Some(node.clone());
     }
+    let by_key = proxied_by_key(services.iter());
+    let mut slices_of: BTreeMap<(&str, &str), Vec<&Arc<EndpointSlice>>> = BTreeMap::new();
+    for s in slices {
+        if let Some(svc) = s.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) {
+            slices_of.entry((s.metadata.namespace.as_deref().unwrap_or(""), svc.as_str())).or_default().push(s);
+        }
+    }
+    let mut entries = HashMap::with_capacity(by_key.len());
+    let mut rendered = Vec::with_capacity(by_key.len());
+    for ((ns, name), svc) in &by_key {
+        let key = format!("{ns}/{name}");
+        let mut mine: Vec<Arc<EndpointSlice>> = slices_of.get(&(ns.as_str(), name.as_str())).map(|v| v.iter().map(|s| Arc::clone(s)).collect()).unwrap_or_default();
+        mine.sort_by_key(|s| Arc::as_ptr(s) as usize);
+        let entry = match cache.entries.remove(&key) {
+            Some(e) if Arc::ptr_eq(&e.service, svc) && e.slices.len() == mine.len() && e.slices.iter().zip(&mine).all(|(a, b)| Arc::ptr_eq(a, b)) => e,
+            _ => {
+                let refs: Vec<&EndpointSlice> = mine.iter().map(|s| s.as_ref()).collect();
+                CacheEntry { service: Arc::clone(svc), rules: Arc::new(render_service(svc, &refs, node)), slices: mine }
+            }
+        };
+        rendered.push((key.clone(), Arc::clone(&entry.rules)));
+        entries.insert(key, entry);
+    }
+    cache.entries = entries;
+    assemble(node, rendered)
+}
+
+/// The proxied Services by (namespace, name).
+fn proxied_by_key<'a, S: std::borrow::Borrow<Service> + 'a>(services: impl Iterator<Item = &'a S>) -> BTreeMap<(String, String), &'a S> {
+    let mut by_key = BTreeMap::new();
+    for s in services.filter(|s| proxied((*s).borrow())) {
+        let m = &(*s).borrow().metadata;
+        by_key.insert((m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default()), s);
+    }
+    by_key
+}
+
+fn slices_by_service<'a>(slices: impl Iterator<Item = &'a EndpointSlice>) -> BTreeMap<(&'a str, &'a str), Vec<&'a EndpointSlice>> {
     let mut slices_of: BTreeMap<(&str, &str), Vec<&EndpointSlice>> = BTreeMap::new();
     for s in slices {
         if let Some(svc) = s.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) {
             slices_of.entry((s.metadata.namespace.as_deref().unwrap_or(""), svc.as_str())).or_default().push(s);
         }
     }
-    let mut r = Rendered::default();
-    for ((ns, name), svc) in &by_key {
-        let slices = slices_of.get(&(ns.as_str(), name.as_str())).map(Vec::as_slice).unwrap_or(&[]);
-        let mut ports = svc.spec.as_ref().and_then(|s| s.ports.clone()).unwrap_or_default();
-        ports.sort_by(|a, b| (a.port, proto(a).to_string()).cmp(&(b.port, proto(b).to_string())));
-        for port in &ports {
-            render_port(&mut r, svc, port, slices, node);
+    slices_of
+}
+
+/// The model of Services rendered one by one, in key order. Two Services may claim one
+/// key (the same externalIP and port): the first keeps it.
+fn assemble(node: &NodeInfo, mut rendered: Vec<(String, Arc<ServiceRules>)>) -> Model {
+    let mut lost: Vec<(usize, Vec<(Map, String)>)> = Vec::new();
+    {
+        let mut claimed: HashSet<&(Map, String)> = HashSet::new();
+        for (i, (_, r)) in rendered.iter().enumerate() {
+            let taken: Vec<(Map, String)> = r.elements.keys().filter(|k| !claimed.insert(*k)).cloned().collect();
+            if !taken.is_empty() {
+                lost.push((i, taken));
+            }
         }
     }
-    let mut out = String::new();
-    let _ = writeln!(out, "table ip {TABLE} {{");
-    out.push_str("\tmap service-ips {\n\t\ttype ipv4_addr . inet_proto . inet_service : verdict\n");
-    set_elements(&mut out, r.service_ips);
-    out.push_str("\t}\n\tmap service-nodeports {\n\t\ttype inet_proto . inet_service : verdict\n");
-    set_elements(&mut out, r.nodeports);
-    out.push_str("\t}\n\tmap no-endpoint-services {\n\t\ttype ipv4_addr . inet_proto . inet_service : verdict\n");
-    set_elements(&mut out, r.no_endpoint_ips);
-    out.push_str("\t}\n\tmap no-endpoint-nodeports {\n\t\ttype inet_proto . inet_service : verdict\n");
-    set_elements(&mut out, r.no_endpoint_nodeports);
-    out.push_str("\t}\n\tset nodeport-ips {\n\t\ttype ipv4_addr\n");
-    let mut addrs = node.addresses.clone();
-    addrs.sort();
-    addrs.dedup();
-    set_elements(&mut out, addrs.iter().map(|a| a.to_string()));
-    out.push_str("\t}\n");
-    for s in &r.sets {
-        out.push_str(s);
+    for (i, taken) in lost {
+        let elements = &mut Arc::make_mut(&mut rendered[i].1).elements;
+        for k in taken {
+            elements.remove(&k);
+        }
     }
-    // Base chains. nft 1.0.6 refuses `priority dstnat` on the output hook: numbers.
-    out.push_str(concat!(
-        "\tchain filter-input {\n\t\ttype filter hook input priority -110; policy accept;\n\t\tct state new jump endpoints-check\n\t}\n",
-        "\tchain filter-forward {\n\t\ttype filter hook forward priority -110; policy accept;\n\t\tct state new jump endpoints-check\n\t}\n",
-        "\tchain filter-output {\n\t\ttype filter hook output priority -110; policy accept;\n\t\tct state new jump endpoints-check\n\t}\n",
-        "\tchain endpoints-check {\n\t\tip daddr . meta l4proto . th dport vmap @no-endpoint-services\n\t\tip daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports\n\t}\n",
-        "\tchain reject-chain {\n\t\tmeta l4proto tcp reject with tcp reset\n\t\treject\n\t}\n",
-        "\tchain nat-prerouting {\n\t\ttype nat hook prerouting priority -100; policy accept;\n\t\tjump services\n\t}\n",
-        "\tchain nat-output {\n\t\ttype nat hook output priority -100; policy accept;\n\t\tjump services\n\t}\n",
-        "\tchain nat-postrouting {\n\t\ttype nat hook postrouting priority 100; policy accept;\n\t\tjump masquerading\n\t}\n",
-        "\tchain masquerading {\n\t\tmeta mark & 0x4000 == 0 return\n\t\tmeta mark set meta mark xor 0x4000\n\t\tmasquerade fully-random\n\t}\n",
-        "\tchain mark-for-masquerade {\n\t\tmeta mark set meta mark | 0x4000\n\t}\n",
-        "\tchain services {\n\t\tip daddr . meta l4proto . th dport vmap @service-ips\n\t\tip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports\n\t}\n",
-    ));
-    for c in &r.chains {
-        out.push_str(c);
+    Model { node_ips: node.addresses.iter().copied().collect(), services: rendered.into_iter().collect() }
+}
+
+/// One Service's rules (its slices already picked out).
+pub fn render_service(svc: &Service, slices: &[&EndpointSlice], node: &NodeInfo) -> ServiceRules {
+    let mut r = ServiceRules::default();
+    let mut ports = svc.spec.as_ref().and_then(|s| s.ports.clone()).unwrap_or_default();
+    ports.sort_by_key(|p| (p.port, proto(p).to_string()));
+    for port in &ports {
+        render_port(&mut r, svc, port, slices, node);
     }
-    out.push_str("}\n");
-    out
+    r
+}
+
+/// The table's fixed chains. nft 1.0.6 refuses `priority dstnat` on the output hook: numbers.
+const BASE_CHAINS: &str = concat!(
+    "\tchain filter-input {\n\t\ttype filter hook input priority -110; policy accept;\n\t\tct state new jump endpoints-check\n\t}\n",
+    "\tchain filter-forward {\n\t\ttype filter hook forward priority -110; policy accept;\n\t\tct state new jump endpoints-check\n\t}\n",
+    "\tchain filter-output {\n\t\ttype filter hook output priority -110; policy accept;\n\t\tct state new jump endpoints-check\n\t}\n",
+    "\tchain endpoints-check {\n\t\tip daddr . meta l4proto . th dport vmap @no-endpoint-services\n\t\tip daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports\n\t}\n",
+    "\tchain reject-chain {\n\t\tmeta l4proto tcp reject with tcp reset\n\t\treject\n\t}\n",
+    "\tchain nat-prerouting {\n\t\ttype nat hook prerouting priority -100; policy accept;\n\t\tjump services\n\t}\n",
+    "\tchain nat-output {\n\t\ttype nat hook output priority -100; policy accept;\n\t\tjump services\n\t}\n",
+    "\tchain nat-postrouting {\n\t\ttype nat hook postrouting priority 100; policy accept;\n\t\tjump masquerading\n\t}\n",
+    "\tchain masquerading {\n\t\tmeta mark & 0x4000 == 0 return\n\t\tmeta mark set meta mark xor 0x4000\n\t\tmasquerade fully-random\n\t}\n",
+    "\tchain mark-for-masquerade {\n\t\tmeta mark set meta mark | 0x4000\n\t}\n",
+    "\tchain services {\n\t\tip daddr . meta l4proto . th dport vmap @service-ips\n\t\tip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports\n\t}\n",
+);
+
+impl Model {
+    /// The whole table, as `nft -f` reads it (the body of a full sync).
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "table ip {TABLE} {{");
+        for map in Map::ALL {
+            let _ = writeln!(out, "\tmap {} {{\n\t\ttype {} : verdict", map.name(), map.key_type());
+            let elements = self.services.values().flat_map(|s| s.elements.iter()).filter(|((m, _), _)| *m == map);
+            set_elements(&mut out, elements.map(|((_, k), v)| format!("{k} : {v}")));
+            out.push_str("\t}\n");
+        }
+        out.push_str("\tset nodeport-ips {\n\t\ttype ipv4_addr\n");
+        set_elements(&mut out, self.node_ips.iter().map(|a| a.to_string()));
+        out.push_str("\t}\n");
+        for (name, decl) in self.services.values().flat_map(|s| s.sets.iter()) {
+            let _ = writeln!(out, "\tset {name} {{");
+            for line in decl {
+                let _ = writeln!(out, "\t\t{line}");
+            }
+            out.push_str("\t}\n");
+        }
+        out.push_str(BASE_CHAINS);
+        for (name, rules) in self.services.values().flat_map(|s| s.chains.iter()) {
+            let _ = writeln!(out, "\tchain {name} {{");
+            for rule in rules {
+                let _ = writeln!(out, "\t\t{rule}");
+            }
+            out.push_str("\t}\n");
+        }
+        out.push_str("}\n");
+        out
+    }
 }
 
 /// The `nft -f` script replacing the table in one transaction: the table is declared (so
@@ -350,4 +518,4 @@ pub fn delete_script() -> String {
 
 #[cfg(test)]
 #[path = "render_tests.rs"]
-mod tests;
+pub(crate) mod tests;

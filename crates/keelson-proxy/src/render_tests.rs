@@ -1,11 +1,11 @@
 use super::*;
 use serde_json::{json, Value};
 
-fn node() -> NodeInfo {
+pub(crate) fn node() -> NodeInfo {
     NodeInfo { name: "n1".into(), addresses: vec!["192.168.5.2".parse().unwrap()], pod_cidrs: vec!["10.42.1.0/24".into()], dns: Some("192.168.5.2".parse().unwrap()) }
 }
 
-fn svc(name: &str, extra: Value) -> Service {
+pub(crate) fn svc(name: &str, extra: Value) -> Service {
     let mut s = json!({"metadata": {"name": name, "namespace": "d"},
         "spec": {"type": "ClusterIP", "clusterIP": "10.43.0.5", "clusterIPs": ["10.43.0.5"], "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}});
     for (k, v) in extra.as_object().unwrap() {
@@ -19,7 +19,7 @@ fn svc(name: &str, extra: Value) -> Service {
 }
 
 /// A slice of `svc` with endpoints (ip, node, ready, serving, terminating) on port 8080 "http".
-fn slice(svc: &str, eps: &[(&str, &str, bool, bool, bool)]) -> EndpointSlice {
+pub(crate) fn slice(svc: &str, eps: &[(&str, &str, bool, bool, bool)]) -> EndpointSlice {
     let endpoints: Vec<Value> = eps.iter().map(|(ip, node, r, s, t)| json!({"addresses": [ip], "nodeName": node, "conditions": {"ready": r, "serving": s, "terminating": t}})).collect();
     serde_json::from_value(json!({"metadata": {"name": format!("{svc}-0"), "namespace": "d", "labels": {SERVICE_NAME_LABEL: svc}},
         "addressType": "IPv4", "endpoints": endpoints, "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]})).unwrap()
@@ -28,7 +28,7 @@ fn slice(svc: &str, eps: &[(&str, &str, bool, bool, bool)]) -> EndpointSlice {
 fn out(services: &[Service], slices: &[EndpointSlice]) -> String {
     let s: Vec<&Service> = services.iter().collect();
     let e: Vec<&EndpointSlice> = slices.iter().collect();
-    render(&s, &e, &node())
+    render(&s, &e, &node()).table()
 }
 
 /// The body of chain `name` (without its braces).
@@ -186,4 +186,35 @@ fn udp_flows_pair_virtual_ips_with_endpoints() {
     let flows = udp_flows(&[&dns], &[&sl], &node());
     let want: BTreeSet<UdpFlow> = [("10.43.0.5".parse().unwrap(), 53, "10.42.1.2".parse().unwrap())].into();
     assert_eq!(flows, want, "only UDP ports, only usable endpoints");
+}
+
+#[test]
+fn the_cache_renders_only_changed_services_and_gives_what_render_gives() {
+    use std::sync::Arc;
+    let a = Arc::new(svc("a", json!({})));
+    let b = Arc::new(svc("b", json!({"clusterIP": "10.43.0.6", "clusterIPs": ["10.43.0.6"], "externalIPs": ["192.168.5.7"]})));
+    let c = Arc::new(svc("c", json!({"clusterIP": "10.43.0.7", "clusterIPs": ["10.43.0.7"], "externalIPs": ["192.168.5.7"]})));
+    let mut slices = vec![Arc::new(slice("a", &[("10.42.1.2", "n1", true, true, false)])), Arc::new(slice("b", &[("10.42.1.3", "n1", true, true, false)])), Arc::new(slice("c", &[("10.42.1.4", "n1", true, true, false)]))];
+    let services = vec![c.clone(), b.clone(), a.clone()];
+    let plain = |services: &[Arc<Service>], slices: &[Arc<EndpointSlice>], node: &NodeInfo| {
+        render(&services.iter().map(|s| s.as_ref()).collect::<Vec<_>>(), &slices.iter().map(|s| s.as_ref()).collect::<Vec<_>>(), node)
+    };
+    let mut cache = RenderCache::default();
+    let first = render_cached(&mut cache, &services, &slices, &node());
+    assert_eq!(first, plain(&services, &slices, &node()));
+    // One slice replaced, the others the same objects in another order.
+    slices[0] = Arc::new(slice("a", &[("10.42.1.9", "n1", true, true, false)]));
+    slices.reverse();
+    let second = render_cached(&mut cache, &services, &slices, &node());
+    assert_eq!(second, plain(&services, &slices, &node()));
+    assert!(!Arc::ptr_eq(&first.services["d/a"], &second.services["d/a"]), "a is rendered again");
+    assert!(Arc::ptr_eq(&first.services["d/b"], &second.services["d/b"]), "b's rules are reused");
+    // b gives up the contested address: c, unchanged, takes it over.
+    let third = render_cached(&mut cache, &[a.clone(), c.clone()], &slices, &node());
+    assert_eq!(third, plain(&[a, c], &slices, &node()));
+    assert!(third.services["d/c"].elements.contains_key(&(Map::ServiceIps, "192.168.5.7 . tcp . 80".to_string())));
+    // Another node: everything rendered anew.
+    let mut other = node();
+    other.pod_cidrs = vec!["10.42.2.0/24".into()];
+    assert_eq!(render_cached(&mut cache, &services, &slices, &other), plain(&services, &slices, &other));
 }

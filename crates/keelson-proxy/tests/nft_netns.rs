@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use keelson_proxy::render::{render, replace_script, NodeInfo};
+use keelson_proxy::diff::diff;
+use keelson_proxy::render::{render, replace_script, Model, NodeInfo};
 use serde_json::json;
 
 fn missing() -> Option<String> {
@@ -91,14 +92,8 @@ impl Net {
         Ok(net)
     }
 
-    fn apply(&self, text: &str) -> Result<()> {
-        let mut child = Command::new("ip").args(["netns", "exec", &self.ns("n"), "nft", "-f", "-"]).stdin(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
-        std::io::Write::write_all(child.stdin.as_mut().context("stdin")?, replace_script(text).as_bytes())?;
-        let out = child.wait_with_output()?;
-        if !out.status.success() {
-            bail!("nft: {}\n{text}", String::from_utf8_lossy(&out.stderr));
-        }
-        Ok(())
+    fn apply(&self, script: &str) -> Result<()> {
+        nft_in(&self.ns("n"), script)
     }
 
     /// What `curl` from namespace `from` gets from `url`: the body, or the error.
@@ -120,6 +115,17 @@ impl Drop for Net {
             let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("kp-www-{}-{pod}", self.tag)));
         }
     }
+}
+
+/// Runs `nft -f -` on `script` inside network namespace `ns`.
+fn nft_in(ns: &str, script: &str) -> Result<()> {
+    let mut child = Command::new("ip").args(["netns", "exec", ns, "nft", "-f", "-"]).stdin(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    std::io::Write::write_all(child.stdin.as_mut().context("stdin")?, script.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!("nft: {}\n{script}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
 }
 
 fn service(name: &str, ip: &str, node_port: Option<i32>) -> Service {
@@ -155,9 +161,10 @@ fn the_ruleset_routes_services_in_a_network_namespace() -> Result<()> {
     let web = service("web", "10.43.0.5", Some(30080));
     let empty = service("empty", "10.43.0.6", None);
     let both = slice("web", &[("10.42.1.2", true), ("10.42.1.3", true)]);
-    let text = render(&[&web, &empty], &[&both, &slice("empty", &[])], &node);
+    let model = render(&[&web, &empty], &[&both, &slice("empty", &[])], &node);
+    let text = model.table();
     let started = Instant::now();
-    net.apply(&text)?;
+    net.apply(&replace_script(&text))?;
     eprintln!("applied {} bytes in {:?}", text.len(), started.elapsed());
     // Wait for the httpd servers.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -177,9 +184,12 @@ fn the_ruleset_routes_services_in_a_network_namespace() -> Result<()> {
     let refused = net.get("a", "http://10.43.0.6/");
     assert!(refused.is_err() && t.elapsed() < Duration::from_secs(2), "{refused:?} after {:?}", t.elapsed());
 
-    // pod-b turns unready: only pod-a answers.
+    // pod-b turns unready: only pod-a answers, after an incremental sync.
     let one = slice("web", &[("10.42.1.2", true), ("10.42.1.3", false)]);
-    net.apply(&render(&[&web, &empty], &[&one], &node))?;
+    let next = render(&[&web, &empty], &[&one, &slice("empty", &[])], &node);
+    let script = diff(&model, &next);
+    assert!(!script.is_empty() && !script.contains("svc-d/empty") && !script.contains("table ip"), "only web's rules: {script}");
+    net.apply(&script)?;
     let only_a: BTreeSet<String> = ["pod-a".to_string()].into();
     assert_eq!(backends(&net, "n", "http://10.43.0.5/", 20), only_a);
     assert_eq!(backends(&net, "c", "http://192.168.77.2:30080/", 10), only_a);
@@ -211,7 +221,7 @@ fn a_thousand_services_apply_in_one_transaction() -> Result<()> {
         let slices: Vec<EndpointSlice> = (0..1000).map(|i| slice(&format!("s{i}"), &ips[i].iter().map(|ip| (ip.as_str(), true)).collect::<Vec<_>>())).collect();
         let (s, e): (Vec<&Service>, Vec<&EndpointSlice>) = (services.iter().collect(), slices.iter().collect());
         let started = Instant::now();
-        let text = render(&s, &e, &node);
+        let text = render(&s, &e, &node).table();
         let rendered = started.elapsed();
         for round in 0..2 {
             let t = Instant::now();
@@ -227,4 +237,125 @@ fn a_thousand_services_apply_in_one_transaction() -> Result<()> {
     })();
     let _ = sh(&format!("ip netns del {ns}"));
     result
+}
+
+/// The table as the kernel holds it, comparable across namespaces: `nft -j list` without
+/// handles, chains and sets in name order (rules keep their order), elements sorted.
+fn listing(ns: &str) -> Result<Vec<String>> {
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                m.remove("handle");
+                m.values_mut().for_each(strip);
+                if let Some(serde_json::Value::Array(elems)) = m.get_mut("elem") {
+                    elems.sort_by_key(|e| e.to_string());
+                }
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut v: serde_json::Value = serde_json::from_str(&sh(&format!("ip netns exec {ns} nft -j list table ip keelson-proxy"))?)?;
+    strip(&mut v);
+    let mut items: Vec<(String, String)> = v["nftables"].as_array().context("nftables")?.iter().filter(|o| o.get("metainfo").is_none()).map(|o| {
+        let (kind, body) = o.as_object().and_then(|m| m.iter().next()).map(|(k, b)| (k.clone(), b.clone())).unwrap_or_default();
+        let owner = body.get("chain").or_else(|| body.get("name")).map(|n| n.to_string()).unwrap_or_default();
+        (format!("{kind} {owner}"), o.to_string())
+    }).collect();
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(items.into_iter().map(|(_, o)| o).collect())
+}
+
+fn svc_json(name: &str, ip: &str, spec: serde_json::Value) -> Service {
+    let mut s = json!({"metadata": {"name": name, "namespace": "d"},
+        "spec": {"type": "ClusterIP", "clusterIP": ip, "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}});
+    for (k, v) in spec.as_object().unwrap() {
+        s["spec"][k.as_str()] = v.clone();
+    }
+    serde_json::from_value(s).unwrap()
+}
+
+/// A sequence of changes applied as diffs in one namespace and as whole tables in
+/// another: after every step the kernel holds the same table in both.
+#[test]
+fn diffs_leave_the_kernel_as_a_full_sync_would() -> Result<()> {
+    if let Some(why) = missing() {
+        if std::env::var_os("KEELSON_REQUIRE_NODE_TESTS").is_some() {
+            panic!("node test required but {why}");
+        }
+        eprintln!("SKIPPED diffs_leave_the_kernel_as_a_full_sync_would: {why}");
+        return Ok(());
+    }
+    /// Deleted on drop, so a failed assertion leaves no namespace behind.
+    struct Netns(String);
+    impl Drop for Netns {
+        fn drop(&mut self) {
+            let _ = sh(&format!("ip netns del {}", self.0));
+        }
+    }
+    let tag = std::process::id() % 100000;
+    let (inc, full) = (format!("kpinc-{tag}"), format!("kpfull-{tag}"));
+    sh(&format!("ip netns add {inc}"))?;
+    let _inc = Netns(inc.clone());
+    sh(&format!("ip netns add {full}"))?;
+    let _full = Netns(full.clone());
+    {
+        let node = NodeInfo { name: "n1".into(), addresses: vec!["192.168.77.2".parse()?], pod_cidrs: vec!["10.42.1.0/24".into()], dns: None };
+        let np = json!({"type": "NodePort", "ports": [{"name": "http", "port": 80, "nodePort": 30080, "protocol": "TCP"}]});
+        let mut local = np.clone();
+        local["externalTrafficPolicy"] = json!("Local");
+        let affinity = |t: i32| json!({"sessionAffinity": "ClientIP", "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": t}}});
+        let eps3 = [("10.42.1.2", true), ("10.42.1.3", true), ("10.42.1.4", true)];
+        // Each step: the Services and slices of the whole cluster at that point.
+        type Step = (&'static str, Vec<Service>, Vec<EndpointSlice>);
+        let base = || vec![svc_json("web", "10.43.0.5", json!({})), svc_json("np", "10.43.0.6", np.clone()), svc_json("aff", "10.43.0.7", affinity(60)), svc_json("ext", "10.43.0.8", json!({"externalIPs": ["192.168.77.9"]}))];
+        let base_slices = || vec![slice("web", &eps3[..2]), slice("np", &eps3[..1]), slice("aff", &eps3[..2]), slice("ext", &eps3[2..])];
+        let mut steps: Vec<Step> = vec![("start", base(), base_slices())];
+        let mut s = base_slices();
+        s[0] = slice("web", &eps3);
+        steps.push(("an endpoint added", base(), s.clone()));
+        s[0] = slice("web", &eps3[1..]);
+        steps.push(("an endpoint replaced", base(), s.clone()));
+        s[1] = slice("np", &[]);
+        steps.push(("the NodePort's last endpoint gone", base(), s.clone()));
+        let mut svcs = base();
+        svcs[1] = svc_json("np", "10.43.0.6", local.clone());
+        s[1] = slice("np", &[("10.42.1.2", true)]);
+        steps.push(("externalTrafficPolicy Local", svcs.clone(), s.clone()));
+        svcs[2] = svc_json("aff", "10.43.0.7", affinity(120));
+        steps.push(("the affinity timeout changed", svcs.clone(), s.clone()));
+        svcs[2] = svc_json("aff", "10.43.0.7", json!({}));
+        steps.push(("affinity off", svcs.clone(), s.clone()));
+        svcs.push(svc_json("ext2", "10.43.0.10", json!({"externalIPs": ["192.168.77.9"]})));
+        s.push(slice("ext2", &eps3[..1]));
+        steps.push(("a second Service on the same externalIP", svcs.clone(), s.clone()));
+        svcs.remove(3);
+        s.remove(3);
+        steps.push(("the first one deleted: the second takes the address", svcs.clone(), s.clone()));
+        svcs.remove(0);
+        s.remove(0);
+        steps.push(("a Service deleted", svcs.clone(), s.clone()));
+        steps.push(("everything deleted", vec![], vec![]));
+        steps.push(("everything back", base(), base_slices()));
+
+        let mut prev: Option<Model> = None;
+        for (what, svcs, slices) in &steps {
+            let (sv, sl): (Vec<&Service>, Vec<&EndpointSlice>) = (svcs.iter().collect(), slices.iter().collect());
+            let next = render(&sv, &sl, &node);
+            let script = match &prev {
+                None => replace_script(&next.table()),
+                Some(p) => diff(p, &next),
+            };
+            let before = if prev.is_some() { listing(&inc)? } else { Vec::new() };
+            if !script.is_empty() {
+                nft_in(&inc, &script).with_context(|| format!("step {what:?}"))?;
+            }
+            nft_in(&full, &replace_script(&next.table()))?;
+            let after = listing(&inc)?;
+            assert!(script.is_empty() || after != before, "{what:?} changed the kernel's table");
+            assert_eq!(after, listing(&full)?, "after {what:?}, the script was\n{script}");
+            prev = Some(next);
+        }
+    }
+    Ok(())
 }

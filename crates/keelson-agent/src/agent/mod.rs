@@ -112,7 +112,7 @@ fn spawn_services(client: &kube::Client, cfg: &AgentConfig, pod_cidr: Option<&st
         pod_cidrs: pod_cidr.map(str::to_string).into_iter().collect(),
         dns: Some(cfg.node_ip),
     };
-    let proxy_cfg = keelson_proxy::ProxyConfig { node, coalesce: Duration::from_millis(50) };
+    let proxy_cfg = keelson_proxy::ProxyConfig { node, coalesce: Duration::from_millis(50), resync: keelson_proxy::DEFAULT_RESYNC };
     let (c, s) = (client.clone(), shutdown.clone());
     let proxy = tokio::spawn(async move {
         if let Err(e) = keelson_proxy::run(c, proxy_cfg, s).await {
