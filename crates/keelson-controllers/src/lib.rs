@@ -33,6 +33,7 @@ mod node_informers;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod pod_creation;
+pub mod podgc;
 pub mod pods;
 pub mod replicaset;
 pub mod revisions;

@@ -1,7 +1,8 @@
 //! What the node controllers of a term share: reflectors of Nodes and of the node Leases
 //! in `kube-node-lease`, the term's pod reflector, and wake-ups on Node changes for the
 //! controllers that act on them at once (IPAM, taint eviction); the lifecycle controller
-//! looks at every Node each monitor period, as Kubernetes' does.
+//! looks at every Node each monitor period, as Kubernetes' does, and the pod garbage
+//! collector every 20 s.
 
 use std::sync::Arc;
 
@@ -49,6 +50,7 @@ pub(crate) async fn run(term: Leadership, pods: Store<Pod>, config: ControllerCo
                 crate::nodeipam::run(informers.clone(), config.node_ipam),
                 crate::nodelifecycle::run(informers.clone(), config.node_lifecycle.clone()),
                 crate::tainteviction::run(informers.clone()),
+                crate::podgc::run(informers.clone()),
             );
         } => {}
     }

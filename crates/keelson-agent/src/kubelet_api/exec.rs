@@ -38,12 +38,10 @@ pub const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
 pub fn exec_request(query: &str) -> (Vec<String>, Streams) {
     let mut command = Vec::new();
     let mut s = Streams::default();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = percent_decode(v);
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
         let on = v == "1" || v == "true";
-        match k {
-            "command" => command.push(v),
+        match k.as_ref() {
+            "command" => command.push(v.into_owned()),
             "input" | "stdin" => s.stdin = on,
             "output" | "stdout" => s.stdout = on,
             "error" | "stderr" => s.stderr = on,
@@ -52,30 +50,6 @@ pub fn exec_request(query: &str) -> (Vec<String>, Streams) {
         }
     }
     (command, s)
-}
-
-fn percent_decode(v: &str) -> String {
-    let b = v.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len() => {
-                match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16) {
-                    Ok(x) => {
-                        out.push(x);
-                        i += 3;
-                        continue;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Channel numbers of the WebSocket framing.
@@ -426,6 +400,8 @@ mod tests {
         let (cmd, s) = exec_request("command=sh&command=-c&command=echo%20hi%3Bexit%203&input=1&output=1&tty=1");
         assert_eq!(cmd, ["sh", "-c", "echo hi;exit 3"]);
         assert_eq!(s, Streams { stdin: true, stdout: true, stderr: false, tty: true });
+        let (cmd, _) = exec_request("command=echo&command=50%25");
+        assert_eq!(cmd, ["echo", "50%"], "an escape at the very end is decoded too");
         let (_, s) = exec_request("command=ls&stdout=true&stderr=true");
         assert_eq!(s, Streams { stdout: true, stderr: true, ..Default::default() });
     }

@@ -82,6 +82,19 @@ pub fn parse(text: &str) -> (Vec<LogLine>, usize) {
     (out, consumed)
 }
 
+/// [`parse`] of raw log bytes: the complete records at their start, and how many bytes
+/// they took. Invalid UTF-8 (a container may write anything) is replaced; the byte
+/// count is then up to the last newline, so no record is read twice.
+pub fn parse_bytes(pending: &[u8]) -> (Vec<LogLine>, usize) {
+    match String::from_utf8_lossy(pending) {
+        std::borrow::Cow::Borrowed(text) => parse(text),
+        std::borrow::Cow::Owned(text) => {
+            let (lines, _) = parse(&text);
+            (lines, pending.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1))
+        }
+    }
+}
+
 /// Renders lines as `kubectl logs` prints them.
 pub fn render(lines: &[LogLine], timestamps: bool) -> String {
     let mut s = String::new();
@@ -118,6 +131,17 @@ mod tests {
         assert_eq!(&LOG[used..], "2026-01-01T00:00:04Z stdout F fo", "an unfinished record waits");
         assert_eq!(lines[1].stream, "stderr");
         assert_eq!(render(&lines[..1], true), "2026-01-01T00:00:01.000000001Z one\n");
+    }
+
+    #[test]
+    fn bytes_are_consumed_exactly_and_invalid_utf8_replaced() {
+        let raw = b"2026-01-01T00:00:00Z stdout F one\n2026-01-01T00:00:01Z stdout F t";
+        let (lines, used) = parse_bytes(raw);
+        assert_eq!((lines.len(), used), (1, 34), "the unfinished record waits for the next read");
+        let bad = b"2026-01-01T00:00:00Z stdout F \xff\xfe\n2026-01-01T00:00:01Z stdout F x";
+        let (lines, used) = parse_bytes(bad);
+        assert_eq!(lines[0].message, "\u{fffd}\u{fffd}\n");
+        assert_eq!(used, 33, "up to the last newline, in bytes");
     }
 
     #[test]

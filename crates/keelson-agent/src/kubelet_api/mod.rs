@@ -254,12 +254,19 @@ impl Sink {
     }
 }
 
+/// Sends the selected lines of the log at `path`, then, when following, what is appended
+/// (read from where the last read ended, every 200 ms) until the container stops.
 #[allow(clippy::too_many_arguments)]
 async fn stream_log(path: PathBuf, opts: LogOptions, follow: bool, runtime: Arc<dyn Runtime>, uid: String, container: String, attempt: u32, tx: tokio::sync::mpsc::Sender<Result<bytes::Bytes, std::io::Error>>) {
+    use tokio::io::AsyncReadExt;
     let mut sink = Sink { tx, budget: opts.limit_bytes.unwrap_or(usize::MAX) };
-    let content = tokio::fs::read(&path).await.unwrap_or_default();
-    let text = String::from_utf8_lossy(&content).to_string();
-    let (lines, mut offset) = logs::parse(&text);
+    let mut file = tokio::fs::File::open(&path).await.ok();
+    let mut pending = Vec::new();
+    if let Some(f) = file.as_mut() {
+        let _ = f.read_to_end(&mut pending).await;
+    }
+    let (lines, used) = logs::parse_bytes(&pending);
+    pending.drain(..used);
     let first = logs::select(lines, &opts);
     if !sink.send(logs::render(&first, opts.timestamps)).await || !follow || sink.budget == 0 {
         return;
@@ -268,11 +275,16 @@ async fn stream_log(path: PathBuf, opts: LogOptions, follow: bool, runtime: Arc<
     let mut alive = true;
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let content = tokio::fs::read(&path).await.unwrap_or_default();
-        if content.len() > offset {
-            let text = String::from_utf8_lossy(&content[offset..]).to_string();
-            let (lines, used) = logs::parse(&text);
-            offset += used;
+        if file.is_none() {
+            file = tokio::fs::File::open(&path).await.ok();
+        }
+        let before = pending.len();
+        if let Some(f) = file.as_mut() {
+            let _ = f.read_to_end(&mut pending).await;
+        }
+        if pending.len() > before {
+            let (lines, used) = logs::parse_bytes(&pending);
+            pending.drain(..used);
             let lines: Vec<_> = lines.into_iter().filter(|l| opts.since_nanos.is_none_or(|s| l.nanos >= s)).collect();
             if !sink.send(logs::render(&lines, opts.timestamps)).await || sink.budget == 0 {
                 return;

@@ -230,6 +230,11 @@ pub(crate) fn log_container(pod: &Value, name: &str, asked: Option<&str>) -> Res
 
 const LOG_OPTIONS: &[&str] = &["follow", "previous", "timestamps", "sinceSeconds", "sinceTime", "tailLines", "limitBytes"];
 
+/// The kubelet query of a log request: the PodLogOptions it carries, encoded.
+fn log_query(q: &HashMap<String, String>) -> String {
+    form_urlencoded::Serializer::new(String::new()).extend_pairs(LOG_OPTIONS.iter().filter_map(|k| Some((*k, q.get(*k)?)))).finish()
+}
+
 /// `GET pods/NAME/log`: the container's log from its node's agent.
 pub(crate) async fn pod_log(kubelet: Option<&KubeletClient>, pod: &Value, node: &Value, q: &HashMap<String, String>) -> Result<Response, ApiError> {
     let name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
@@ -238,8 +243,8 @@ pub(crate) async fn pod_log(kubelet: Option<&KubeletClient>, pod: &Value, node: 
     let Some(kubelet) = kubelet else { return Err(ApiError::Unavailable("this API server has no kubelet client identity (no cluster CA key)".into())) };
     let node_name = node.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
     let Some((addr, host)) = kubelet_address(node) else { return Err(ApiError::Unavailable(format!("node {node_name:?} reports no address")) ) };
-    let query: Vec<String> = LOG_OPTIONS.iter().filter_map(|k| q.get(*k).map(|v| format!("{k}={}", urlencode(v)))).collect();
-    let path = format!("/containerLogs/{ns}/{name}/{container}{}{}", if query.is_empty() { "" } else { "?" }, query.join("&"));
+    let query = log_query(q);
+    let path = format!("/containerLogs/{ns}/{name}/{container}{}{query}", if query.is_empty() { "" } else { "?" });
     kubelet.get(&addr, &host, &path).await
 }
 
@@ -298,15 +303,6 @@ pub(crate) async fn pod_remote_command(kubelet: Option<&KubeletClient>, kind: Re
     kubelet.upgrade(&addr, &host, &path, req).await
 }
 
-fn urlencode(v: &str) -> String {
-    v.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,7 +340,8 @@ mod tests {
         let node = json!({"status": {"addresses": [{"type": "Hostname", "address": "n1"}, {"type": "InternalIP", "address": "10.0.0.5"}], "daemonEndpoints": {"kubeletEndpoint": {"Port": 10251}}}});
         assert_eq!(kubelet_address(&node), Some(("10.0.0.5:10251".into(), "10.0.0.5".into())));
         assert_eq!(kubelet_address(&json!({"status": {"addresses": [{"type": "Hostname", "address": "n2"}]}})), Some(("n2:10250".into(), "n2".into())));
-        assert_eq!(urlencode("2026-01-01T00:00:00Z"), "2026-01-01T00%3A00%3A00Z");
+        let q: HashMap<String, String> = [("sinceTime", "2026-01-01T00:00:00Z"), ("container", "c"), ("follow", "true")].into_iter().map(|(k, v)| (k.into(), v.into())).collect();
+        assert_eq!(log_query(&q), "follow=true&sinceTime=2026-01-01T00%3A00%3A00Z", "only log options, in a fixed order, encoded");
     }
 
     #[test]

@@ -1,7 +1,10 @@
-//! PodDisruptionBudgets end to end on real `keelson server` processes with hollow nodes:
+//! PodDisruptionBudgets and the pod garbage collector end to end on real `keelson
+//! server` processes with hollow nodes:
 //! the disruption controller keeps a budget's status (over a Deployment's scale for a
 //! percentage), the eviction subresource takes one disruption per eviction and refuses
-//! the next with 429 while the budget is spent; a finished pod needs none. Assertions are on stored state, polled with
+//! the next with 429 while the budget is spent; a finished pod needs none. A Node
+//! deleted under its pods has them collected after the quarantine, and their
+//! ReplicaSet replaces them elsewhere. Assertions are on stored state, polled with
 //! generous overall timeouts.
 
 mod cluster_support;
@@ -92,6 +95,20 @@ async fn disruption_budgets_are_kept_and_bound_evictions() {
     })
     .await;
     pods.evict("bare-done", &EvictParams::default()).await.expect("a finished pod is evicted whatever the budget");
+
+    // The pods of a deleted Node are collected once it has been gone for 40 s (checked
+    // every 20 s), and the Deployment's replacements run on the other node.
+    let web_pods = pods.list(&ListParams::default().labels("app=web")).await.unwrap().items;
+    let victim = web_pods.iter().find_map(|p| p.spec.as_ref()?.node_name.clone()).expect("a web pod on a node");
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(admin.clone());
+    nodes.delete(&victim, &Default::default()).await.unwrap();
+    eventually("the deleted node's pods are collected and replaced", Duration::from_secs(120), || async {
+        let all = pods.list(&ListParams::default().labels("app=web")).await.map_err(|e| e.to_string())?.items;
+        let on_victim = all.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(victim.as_str())).count();
+        let ready_elsewhere = all.iter().filter(|p| ready(p) && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(victim.as_str())).count();
+        (on_victim == 0 && ready_elsewhere == 3).then_some(()).ok_or(format!("{on_victim} left on {victim}, {ready_elsewhere} ready elsewhere"))
+    })
+    .await;
 
     shutdown.cancel();
     let _ = hollow.await;
