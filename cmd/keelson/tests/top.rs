@@ -117,6 +117,12 @@ async fn kubectl_top_shows_a_busy_pod_and_its_node() {
     assert_eq!((m["kind"].as_str(), m["window"].as_str()), (Some("NodeMetrics"), Some("10s")), "{m}");
     let cpu = m["usage"]["cpu"].as_str().unwrap();
     assert!(cpu.ends_with('n') || cpu.ends_with('m') || cpu.ends_with('u'), "{cpu}");
+    let (ok, out, err) = kubectl(&kc, &cache, &["get", "--raw", "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/busy"]);
+    assert!(ok, "{err}");
+    let m: Value = serde_json::from_str(&out).unwrap();
+    eprintln!("PodMetrics busy: {m}");
+    let spin = m["containers"].as_array().unwrap().iter().find(|c| c["name"] == "spin").unwrap_or_else(|| panic!("{m}"));
+    assert_ne!(spin["usage"]["memory"], "0", "a running shell has a working set: {m}");
     let (ok, out, err) = kubectl(&kc, &cache, &["get", "--raw", "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/nope"]);
     assert!(!ok && (err.contains("NotFound") || err.contains("not found")), "{out}{err}");
 }
