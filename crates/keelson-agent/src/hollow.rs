@@ -1,7 +1,9 @@
 //! Hollow nodes: Node objects with capacity and a heartbeating Lease each, whose bound
 //! pods are reported Running and Ready at once and whose deleted pods are confirmed gone
 //! at once — a kubelet without containers. Their addresses are in 240.0.0.0/4, which is
-//! reserved and never routed: they are data, not endpoints.
+//! reserved and never routed: they are data, not endpoints. So they serve no kubelet API
+//! either: no logs or exec, and no `/stats/summary` — the API server does not dial them
+//! and leaves them out of `metrics.k8s.io` (`kubectl top nodes` prints `<unknown>`).
 //!
 //! Simulated completion: a pod annotated [`EXIT_CODE_ANNOTATION`] (`"0"`, `"1"`, …) is
 //! reported Running, then after [`SIMULATED_RUN`] its containers are reported terminated

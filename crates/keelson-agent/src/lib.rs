@@ -6,7 +6,10 @@
 //! - [`pod`]: what to do for one pod (pure), and doing it;
 //! - [`containerd`], [`cni`], [`images`]: the node's own containerd, pod network and
 //!   offline images;
-//! - [`kubelet_api`]: the HTTPS API the API server reaches on port 10250 (logs);
+//! - [`kubelet_api`]: the HTTPS API the API server reaches on port 10250 (logs, exec,
+//!   port-forward, `/stats/summary`, `/metrics/resource`);
+//! - [`stats`]: node and container usage sampled from `/proc` and CRI stats, as the
+//!   kubelet's Summary API (rates and shapes pure);
 //! - [`status`]: the Node and pod status an agent reports (pure);
 //! - [`hollow`]: hollow nodes (as kubemark's): Nodes with capacity and heartbeats whose
 //!   bound pods are reported Running and Ready without containers (simulated), so tests
@@ -20,4 +23,5 @@ pub mod images;
 pub mod kubelet_api;
 pub mod pod;
 pub mod runtime;
+pub mod stats;
 pub mod status;

@@ -31,6 +31,7 @@ mod namespaces;
 mod prune;
 pub mod protobuf;
 pub mod registry;
+pub mod resource_metrics;
 pub mod storage;
 pub mod strategy;
 pub mod watch_cache;

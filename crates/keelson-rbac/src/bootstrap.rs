@@ -138,6 +138,13 @@ fn cluster_roles() -> Vec<Value> {
             AGGREGATE_TO_VIEW,
             aggregate_to_view(),
         ),
+        // As metrics-server's: resource metrics readable wherever pods are.
+        json!({
+            "apiVersion": RBAC_API_VERSION,
+            "kind": "ClusterRole",
+            "metadata": metadata("system:aggregated-metrics-reader", &[(AGGREGATE_TO_ADMIN, "true"), (AGGREGATE_TO_EDIT, "true"), (AGGREGATE_TO_VIEW, "true")]),
+            "rules": [rule(READ, &["metrics.k8s.io"], &["pods", "nodes"])],
+        }),
         cluster_role(
             "system:basic-user",
             vec![

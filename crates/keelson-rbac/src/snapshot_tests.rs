@@ -589,3 +589,21 @@ proptest! {
         prop_assert_eq!(s.authorize(&u, &attrs).is_allowed(), by_rules);
     }
 }
+
+#[test]
+fn view_edit_and_admin_read_resource_metrics() {
+    let roles: Vec<Value> = crate::bootstrap::bootstrap_policy().into_iter().filter(|o| o["kind"] == "ClusterRole").collect();
+    let bindings: Vec<Value> = ["view", "edit", "admin"].iter().map(|r| rb("d", r, "ClusterRole", r, json!([{"kind": "User", "name": r}]))).collect();
+    let s = RbacSnapshot::from_objects(&[], &roles, &bindings, &[crb("nodes-view", "view", json!([{"kind": "User", "name": "view"}]))]);
+    let list = |res: &str, ns: Option<&str>| -> Attributes {
+        let mut a = ResourceAttributes::new("list", "metrics.k8s.io", res);
+        a.namespace = ns.map(str::to_string);
+        a.into()
+    };
+    for who in ["view", "edit", "admin"] {
+        assert!(s.authorize(&UserInfo::new(who), &list("pods", Some("d"))).is_allowed(), "{who} lists pod metrics");
+    }
+    assert!(!s.authorize(&UserInfo::new("edit"), &list("pods", Some("other"))).is_allowed());
+    assert!(s.authorize(&UserInfo::new("view"), &list("nodes", None)).is_allowed(), "view cluster-wide lists node metrics");
+    assert!(!s.authorize(&UserInfo::new("admin"), &list("nodes", None)).is_allowed(), "a namespace binding gives no node metrics");
+}

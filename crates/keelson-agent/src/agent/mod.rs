@@ -61,7 +61,9 @@ struct PodWorker {
 pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConfig, shutdown: CancellationToken) -> Result<(), NodeError> {
     let logs_dir = cfg.data_dir.join("logs/pods");
     let listen = std::net::SocketAddr::new(cfg.node_ip.into(), cfg.kubelet_port);
-    let kubelet = crate::kubelet_api::serve(listen, client.clone(), runtime.clone(), &cfg.node_name, &cfg.node_ip.to_string(), &cfg.ca_pem, &logs_dir, shutdown.clone())
+    let stats = crate::stats::StatsCollector::new(&cfg.node_name, cfg.data_dir.clone(), runtime.clone());
+    let stats_task = stats.spawn(shutdown.clone());
+    let kubelet = crate::kubelet_api::serve(listen, client.clone(), runtime.clone(), stats, &cfg.node_name, &cfg.node_ip.to_string(), &cfg.ca_pem, &logs_dir, shutdown.clone())
         .await
         .map_err(NodeError::KubeletApi)?;
     let mut cfg = cfg;
@@ -96,6 +98,7 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
     for t in node_tasks {
         t.abort();
     }
+    stats_task.abort();
     for t in services {
         let _ = t.await;
     }

@@ -1,6 +1,8 @@
 //! The agent's HTTPS API on port 10250, as the kubelet's: the API server reaches it for
 //! `pods/log`, `pods/exec` and `pods/attach` (WebSocket or SPDY, [`exec`], bridged to the
-//! runtime over SPDY by [`cri_stream`]) and `pods/portforward` (SPDY, [`port_forward`]).
+//! runtime over SPDY by [`cri_stream`]) and `pods/portforward` (SPDY, [`port_forward`]);
+//! metrics-style readers get `/stats/summary` (`nodes/stats`) and `/metrics/resource`
+//! (`nodes/metrics`) from the node's [`StatsCollector`](crate::stats::StatsCollector).
 //! Callers authenticate with a client certificate of the cluster CA and are authorized
 //! by a SubjectAccessReview on the node (`nodes/proxy`, `nodes/log`, `nodes/stats`), as the kubelet's webhook mode
 //! does; answers are cached 5 minutes (allowed) or 30 seconds (denied).
@@ -55,17 +57,31 @@ pub(crate) struct ApiState {
     runtime: Arc<dyn Runtime>,
     node: String,
     logs_dir: PathBuf,
+    stats: Arc<crate::stats::StatsCollector>,
     decisions: Mutex<HashMap<(String, Vec<String>, &'static str, &'static str), (bool, Instant)>>,
 }
 
 /// Serves the API on `listen` until `shutdown`; returns the bound address.
-pub async fn serve(listen: SocketAddr, client: kube::Client, runtime: Arc<dyn Runtime>, node: &str, node_ip: &str, ca_pem: &str, logs_dir: &Path, shutdown: CancellationToken) -> Result<SocketAddr, KubeletApiError> {
+#[allow(clippy::too_many_arguments)]
+pub async fn serve(
+    listen: SocketAddr,
+    client: kube::Client,
+    runtime: Arc<dyn Runtime>,
+    stats: Arc<crate::stats::StatsCollector>,
+    node: &str,
+    node_ip: &str,
+    ca_pem: &str,
+    logs_dir: &Path,
+    shutdown: CancellationToken,
+) -> Result<SocketAddr, KubeletApiError> {
     let tls = Arc::new(tls_config(node, node_ip, ca_pem)?);
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|source| KubeletApiError::Bind { addr: listen, source })?;
     let addr = listener.local_addr().map_err(|source| KubeletApiError::Bind { addr: listen, source })?;
-    let state = Arc::new(ApiState { client, runtime, node: node.into(), logs_dir: logs_dir.to_path_buf(), decisions: Mutex::default() });
+    let state = Arc::new(ApiState { client, runtime, node: node.into(), logs_dir: logs_dir.to_path_buf(), stats, decisions: Mutex::default() });
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .route("/stats/summary", get(stats_summary))
+        .route("/metrics/resource", get(metrics_resource))
         .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs))
         .route("/exec/{namespace}/{pod}/{container}", get(exec::exec).post(exec::exec))
         .route("/exec/{namespace}/{pod}/{uid}/{container}", get(exec::exec).post(exec::exec))
@@ -153,6 +169,24 @@ impl ApiState {
         self.decisions.lock().expect("lock").insert(key, (allowed, Instant::now() + ttl));
         allowed
     }
+}
+
+/// `GET /stats/summary`: the kubelet's Summary API (`nodes/stats`).
+async fn stats_summary(State(state): State<Arc<ApiState>>, Extension(caller): Extension<Caller>) -> Response<Body> {
+    if !state.authorized(&caller, "get", "stats").await {
+        return status(StatusCode::FORBIDDEN, "Forbidden", format!("Forbidden (user={}, verb=get, resource=nodes, subresource=stats)", caller.user));
+    }
+    let body = state.stats.summary().await;
+    Response::builder().header("content-type", "application/json").body(Body::from(body.to_string())).expect("a valid response")
+}
+
+/// `GET /metrics/resource`: resource usage in Prometheus text (`nodes/metrics`).
+async fn metrics_resource(State(state): State<Arc<ApiState>>, Extension(caller): Extension<Caller>) -> Response<Body> {
+    if !state.authorized(&caller, "get", "metrics").await {
+        return status(StatusCode::FORBIDDEN, "Forbidden", format!("Forbidden (user={}, verb=get, resource=nodes, subresource=metrics)", caller.user));
+    }
+    let text = crate::stats::resource_metrics(&state.stats.summary().await);
+    Response::builder().header("content-type", "text/plain; version=0.0.4").body(Body::from(text)).expect("a valid response")
 }
 
 /// The newest log folder of pod `namespace/name` (`<ns>_<name>_<uid>`) and its uid.

@@ -11,7 +11,7 @@ use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::{Channel, Endpoint};
 
 use super::{
-    ContainerInfo, ContainerSpec, ContainerState, ExecResult, ImageInfo, Runtime, RuntimeError, SandboxInfo, SandboxSpec, Streams, LABEL_CONTAINER_NAME,
+    ContainerInfo, ContainerStats, ContainerSpec, ContainerState, ExecResult, ImageInfo, Runtime, RuntimeError, SandboxInfo, SandboxSpec, Streams, LABEL_CONTAINER_NAME,
     LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID,
 };
 
@@ -280,6 +280,11 @@ impl Runtime for CriRuntime {
         Ok(netns_of_verbose_info(&v))
     }
 
+    async fn container_stats(&self) -> Result<Vec<ContainerStats>, RuntimeError> {
+        let items = self.runtime.clone().list_container_stats(cri::ListContainerStatsRequest { filter: None }).await.map_err(call("ListContainerStats"))?.into_inner().stats;
+        Ok(items.into_iter().filter_map(stats_of).collect())
+    }
+
     async fn exec_stream(&self, id: &str, cmd: &[String], s: Streams) -> Result<String, RuntimeError> {
         let req = cri::ExecRequest { container_id: id.into(), cmd: cmd.to_vec(), tty: s.tty, stdin: s.stdin, stdout: s.stdout, stderr: s.stderr && !s.tty };
         Ok(self.runtime.clone().exec(req).await.map_err(call("Exec"))?.into_inner().url)
@@ -289,6 +294,33 @@ impl Runtime for CriRuntime {
         let req = cri::AttachRequest { container_id: id.into(), tty: s.tty, stdin: s.stdin, stdout: s.stdout, stderr: s.stderr && !s.tty };
         Ok(self.runtime.clone().attach(req).await.map_err(call("Attach"))?.into_inner().url)
     }
+}
+
+/// One container's CRI stats; `None` for a container without CPU figures (no task, so no
+/// cgroup: created or exited).
+fn stats_of(s: cri::ContainerStats) -> Option<ContainerStats> {
+    let attrs = s.attributes.unwrap_or_default();
+    let cpu = s.cpu?;
+    let total = cpu.usage_core_nano_seconds.map(|v| v.value)?;
+    let memory = s.memory.unwrap_or_default();
+    let layer = s.writable_layer.unwrap_or_default();
+    let label = |k: &str| attrs.labels.get(k).cloned().unwrap_or_default();
+    Some(ContainerStats {
+        name: attrs.labels.get(LABEL_CONTAINER_NAME).cloned().or_else(|| attrs.metadata.as_ref().map(|m| m.name.clone())).unwrap_or_default(),
+        pod_uid: label(LABEL_POD_UID),
+        pod_name: label(LABEL_POD_NAME),
+        pod_namespace: label(LABEL_POD_NAMESPACE),
+        id: attrs.id,
+        cpu_timestamp_ns: cpu.timestamp,
+        cpu_usage_core_nanos: Some(total),
+        memory_timestamp_ns: memory.timestamp,
+        memory_working_set_bytes: memory.working_set_bytes.map(|v| v.value),
+        memory_usage_bytes: memory.usage_bytes.map(|v| v.value),
+        memory_rss_bytes: memory.rss_bytes.map(|v| v.value),
+        memory_available_bytes: memory.available_bytes.map(|v| v.value),
+        writable_layer_bytes: layer.used_bytes.map(|v| v.value),
+        writable_layer_inodes: layer.inodes_used.map(|v| v.value),
+    })
 }
 
 /// The sandbox's network namespace from containerd's verbose sandbox info: the network

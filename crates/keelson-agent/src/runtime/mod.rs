@@ -143,6 +143,27 @@ pub struct ImageInfo {
     pub size_bytes: u64,
 }
 
+/// A container's resource usage as the runtime measures it from its cgroup (CRI
+/// `ListContainerStats`): cumulative CPU and current memory, each with its sample time.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContainerStats {
+    pub id: String,
+    pub name: String,
+    pub pod_uid: String,
+    pub pod_name: String,
+    pub pod_namespace: String,
+    /// When the CPU sample was taken (Unix nanoseconds).
+    pub cpu_timestamp_ns: i64,
+    pub cpu_usage_core_nanos: Option<u64>,
+    pub memory_timestamp_ns: i64,
+    pub memory_working_set_bytes: Option<u64>,
+    pub memory_usage_bytes: Option<u64>,
+    pub memory_rss_bytes: Option<u64>,
+    pub memory_available_bytes: Option<u64>,
+    pub writable_layer_bytes: Option<u64>,
+    pub writable_layer_inodes: Option<u64>,
+}
+
 /// The calls a pod worker makes. Implemented by [`cri::CriRuntime`].
 #[async_trait::async_trait]
 pub trait Runtime: Send + Sync + 'static {
@@ -182,6 +203,11 @@ pub trait Runtime: Send + Sync + 'static {
     async fn sandbox_netns(&self, id: &str) -> Result<Option<String>, RuntimeError> {
         let _ = id;
         Ok(None)
+    }
+    /// Usage of every container that has a cgroup (running ones); none when the runtime
+    /// does not measure.
+    async fn container_stats(&self) -> Result<Vec<ContainerStats>, RuntimeError> {
+        Ok(Vec::new())
     }
 }
 

@@ -51,6 +51,19 @@ pub fn attributes(method: &Method, route: &Route, path: &str, query: &HashMap<St
             namespace: v.namespace.clone(),
             name: None,
         }),
+        Route::ResourceMetrics(m) => Attributes::Resource(ResourceAttributes {
+            verb: match (method.as_str(), m.name.is_some()) {
+                ("GET" | "HEAD", true) => "get".into(),
+                ("GET" | "HEAD", false) if matches!(query.get("watch").map(String::as_str), Some("true" | "1")) => "watch".into(),
+                ("GET" | "HEAD", false) => "list".into(),
+                (other, _) => other.to_ascii_lowercase(),
+            },
+            api_group: crate::resource_metrics::GROUP.to_string(),
+            resource: m.plural().to_string(),
+            subresource: None,
+            namespace: m.namespace.clone(),
+            name: m.name.clone(),
+        }),
         _ => Attributes::NonResource(NonResourceAttributes { verb: method.as_str().to_ascii_lowercase(), path: path.to_string() }),
     }
 }

@@ -23,7 +23,8 @@ pub fn version() -> Value {
     })
 }
 
-/// Served group versions: the catalog's plus the groups of virtual resources.
+/// Served group versions: the catalog's, the groups of virtual resources and the
+/// resource metrics API (served here as metrics-server's aggregated API would be).
 fn all_group_versions() -> Vec<(&'static str, &'static str)> {
     let mut gvs = group_versions();
     for (g, _, _, _) in crate::http::request::VIRTUAL {
@@ -31,8 +32,14 @@ fn all_group_versions() -> Vec<(&'static str, &'static str)> {
             gvs.push((*g, "v1"));
         }
     }
+    gvs.push((METRICS.0, METRICS.1));
     gvs
 }
+
+const METRICS: (&str, &str) = (crate::resource_metrics::GROUP, crate::resource_metrics::VERSION);
+
+/// The resource metrics API's resources: (plural, kind, namespaced).
+const METRICS_RESOURCES: &[(&str, &str, bool)] = &[("nodes", "NodeMetrics", false), ("pods", "PodMetrics", true)];
 
 fn group_json(group: &str) -> Value {
     let versions: Vec<Value> = all_group_versions()
@@ -73,6 +80,13 @@ pub fn group(name: &str) -> Option<Value> {
 const ALL_VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
 
 pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+    if (group, version) == METRICS {
+        let resources: Vec<Value> = METRICS_RESOURCES
+            .iter()
+            .map(|(plural, kind, namespaced)| json!({"name": plural, "singularName": "", "namespaced": namespaced, "kind": kind, "verbs": ["get", "list"]}))
+            .collect();
+        return Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{group}/{version}"), "resources": resources}));
+    }
     let defs: Vec<_> = RESOURCES.iter().filter(|r| r.group == group && r.version == version).collect();
     let virtuals: Vec<_> = crate::http::request::VIRTUAL.iter().filter(|(g, ..)| *g == group && version == "v1").collect();
     if defs.is_empty() && virtuals.is_empty() {
@@ -167,6 +181,14 @@ pub fn aggregated(legacy: bool, version: &str) -> Value {
 
 fn aggregated_resources(group: &str, version: &str) -> Vec<Value> {
     let mut out = Vec::new();
+    if (group, version) == METRICS {
+        for (plural, kind, namespaced) in METRICS_RESOURCES {
+            out.push(json!({
+                "resource": plural, "responseKind": {"group": group, "version": version, "kind": kind},
+                "scope": if *namespaced { "Namespaced" } else { "Cluster" }, "singularResource": "", "verbs": ["get", "list"],
+            }));
+        }
+    }
     for (g, plural, kind, namespaced) in crate::http::request::VIRTUAL.iter().filter(|(g, ..)| *g == group && version == "v1") {
         out.push(json!({
             "resource": plural, "responseKind": {"group": g, "version": version, "kind": kind},
@@ -237,6 +259,22 @@ mod tests {
         let core = aggregated(true, "v2");
         assert_eq!(core["items"].as_array().unwrap().len(), 1);
         assert_eq!(core["items"][0]["metadata"]["name"], "");
+    }
+
+    #[test]
+    fn the_resource_metrics_api_is_discoverable() {
+        let l = group_list(false, "x");
+        let m = l["groups"].as_array().unwrap().iter().find(|g| g["name"] == "metrics.k8s.io").expect("metrics.k8s.io listed");
+        assert_eq!(m["preferredVersion"]["groupVersion"], "metrics.k8s.io/v1beta1");
+        let r = resource_list("metrics.k8s.io", "v1beta1").unwrap();
+        let pods = r["resources"].as_array().unwrap().iter().find(|r| r["name"] == "pods").unwrap();
+        assert_eq!((pods["kind"].as_str(), pods["namespaced"].as_bool()), (Some("PodMetrics"), Some(true)));
+        let apis = aggregated(false, "v2");
+        let m = apis["items"].as_array().unwrap().iter().find(|i| i["metadata"]["name"] == "metrics.k8s.io").unwrap();
+        assert_eq!(m["versions"][0]["version"], "v1beta1");
+        let nodes = m["versions"][0]["resources"].as_array().unwrap().iter().find(|r| r["resource"] == "nodes").unwrap();
+        assert_eq!((nodes["responseKind"]["kind"].as_str(), nodes["scope"].as_str()), (Some("NodeMetrics"), Some("Cluster")));
+        assert_eq!(group("metrics.k8s.io").unwrap()["kind"], "APIGroup");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 mod discovery;
 mod list;
+mod metrics_api;
 mod patch;
 mod node_admission;
 mod node_proxy;
@@ -407,6 +408,10 @@ async fn dispatch(state: &Arc<ApiState>, r: Route, caller: Option<&Caller>, req:
         )
             .into_response())),
         Route::NotFound => Err(ApiError::NoRoute),
+        Route::ResourceMetrics(m) => {
+            let query = parse_query(req.uri().query());
+            get_only(metrics_api::handle(state, m, &query).await)
+        }
         Route::Virtual(v) => {
             if method != Method::POST {
                 return Err(ApiError::MethodNotAllowed);

@@ -66,6 +66,23 @@ impl KubeletClient {
         Ok(Response::from_parts(parts, Body::new(body)))
     }
 
+    /// `GET path` on the agent at `addr`, answered as JSON within `timeout` (dial and
+    /// answer together).
+    pub(crate) async fn get_json(&self, addr: &str, host: &str, path: &str, timeout: std::time::Duration) -> Result<Value, ApiError> {
+        let slow = || ApiError::Unavailable(format!("Get \"https://{addr}{path}\": no answer within {timeout:?}"));
+        tokio::time::timeout(timeout, async {
+            let resp = self.get(addr, host, path).await?;
+            let code = resp.status();
+            let body = axum::body::to_bytes(resp.into_body(), 64 << 20).await.map_err(|e| ApiError::Unavailable(format!("Get \"https://{addr}{path}\": {e}")))?;
+            if !code.is_success() {
+                return Err(ApiError::Unavailable(format!("Get \"https://{addr}{path}\": {code}: {}", String::from_utf8_lossy(&body))));
+            }
+            serde_json::from_slice(&body).map_err(|e| ApiError::Unavailable(format!("Get \"https://{addr}{path}\": {e}")))
+        })
+        .await
+        .map_err(|_| slow())?
+    }
+
     /// Sends `req`'s method and upgrade headers to `path` on the agent; a `101` answer
     /// joins the two upgraded connections byte for byte until either side closes.
     async fn upgrade(&self, addr: &str, host: &str, path: &str, mut req: axum::extract::Request) -> Result<Response, ApiError> {

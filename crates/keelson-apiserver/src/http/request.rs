@@ -51,11 +51,49 @@ fn virtual_route(group: &str, version: &str, rest: &[&str]) -> Option<Route> {
     Some(Route::Virtual(VirtualRequest { group: g, version: "v1", plural: p, kind, namespace: ns }))
 }
 
+/// Which resource metrics a `metrics.k8s.io/v1beta1` request reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricsResource {
+    Nodes,
+    Pods,
+}
+
+/// A `metrics.k8s.io/v1beta1` request (answered from the agents, never stored).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricsRequest {
+    pub resource: MetricsResource,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+}
+
+impl MetricsRequest {
+    pub fn plural(&self) -> &'static str {
+        match self.resource {
+            MetricsResource::Nodes => "nodes",
+            MetricsResource::Pods => "pods",
+        }
+    }
+}
+
+fn metrics_route(rest: &[&str]) -> Route {
+    let mk = |resource, ns: Option<&str>, name: Option<&str>| Route::ResourceMetrics(MetricsRequest { resource, namespace: ns.map(String::from), name: name.map(String::from) });
+    match rest {
+        ["nodes"] => mk(MetricsResource::Nodes, None, None),
+        ["nodes", name] => mk(MetricsResource::Nodes, None, Some(name)),
+        ["pods"] => mk(MetricsResource::Pods, None, None),
+        ["namespaces", ns, "pods"] => mk(MetricsResource::Pods, Some(ns), None),
+        ["namespaces", ns, "pods", name] => mk(MetricsResource::Pods, Some(ns), Some(name)),
+        _ => Route::NotFound,
+    }
+}
+
 /// Where a path leads.
 #[derive(Debug)]
 pub enum Route {
     Resource(ResourceRequest),
     Virtual(VirtualRequest),
+    /// `/apis/metrics.k8s.io/v1beta1/…`: NodeMetrics and PodMetrics.
+    ResourceMetrics(MetricsRequest),
     /// `/api` or `/apis`.
     GroupList { legacy: bool },
     /// `/apis/GROUP`.
@@ -96,6 +134,7 @@ pub fn route(path: &str) -> Route {
         ["apis", g @ ("authorization.k8s.io" | "authentication.k8s.io"), "v1"] => {
             Route::GroupVersion { group: g.to_string(), version: "v1".into() }
         }
+        ["apis", "metrics.k8s.io", "v1beta1", rest @ ..] if !rest.is_empty() => metrics_route(rest),
         ["apis", g, v] => Route::GroupVersion { group: g.to_string(), version: v.to_string() },
         ["api", "v1", rest @ ..] => resource_route("", "v1", rest),
         ["apis", g, v, rest @ ..] => virtual_route(g, v, rest).unwrap_or_else(|| resource_route(g, v, rest)),
@@ -217,6 +256,21 @@ mod tests {
         assert_eq!((r.def.kind, r.subresource), ("Deployment", Some(Subresource::Scale)));
         let r = res("/apis/rbac.authorization.k8s.io/v1/clusterroles/system:admin");
         assert_eq!(r.name.as_deref(), Some("system:admin"));
+    }
+
+    #[test]
+    fn metrics_paths() {
+        let m = |p: &str| match route(p) {
+            Route::ResourceMetrics(m) => m,
+            other => panic!("{p}: {other:?}"),
+        };
+        assert_eq!(m("/apis/metrics.k8s.io/v1beta1/nodes"), MetricsRequest { resource: MetricsResource::Nodes, namespace: None, name: None });
+        assert_eq!(m("/apis/metrics.k8s.io/v1beta1/nodes/n1").name.as_deref(), Some("n1"));
+        assert_eq!(m("/apis/metrics.k8s.io/v1beta1/pods").namespace, None);
+        let p = m("/apis/metrics.k8s.io/v1beta1/namespaces/d/pods/web");
+        assert_eq!((p.resource, p.namespace.as_deref(), p.name.as_deref()), (MetricsResource::Pods, Some("d"), Some("web")));
+        assert!(matches!(route("/apis/metrics.k8s.io/v1beta1/namespaces/d/nodes"), Route::NotFound));
+        assert!(matches!(route("/apis/metrics.k8s.io/v1beta1"), Route::GroupVersion { .. }));
     }
 
     #[test]
