@@ -161,6 +161,7 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
                 crate::namespaces::run(term.clone(), config.root_ca_pem.clone()),
                 crate::node_informers::run(term.clone(), ctx.pods.clone(), config),
                 crate::services::run(term.clone()),
+                crate::volumes::run(term.clone()),
             );
         } => {}
     }
