@@ -142,6 +142,9 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
         expectations: Expectations::default(),
     });
     tracing::info!("controller manager active");
+    // A task of its own: one more controller group inside the join below would deepen
+    // the stack every sync of the others runs on.
+    let volume_task = tokio::spawn(crate::volumes::run(term.clone()));
     let ready = async {
         let _ = ctx.pods.wait_until_ready().await;
         let _ = ctx.replicasets.wait_until_ready().await;
@@ -161,13 +164,13 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
                 crate::namespaces::run(term.clone(), config.root_ca_pem.clone()),
                 crate::node_informers::run(term.clone(), ctx.pods.clone(), config),
                 crate::services::run(term.clone()),
-                crate::volumes::run(term.clone()),
             );
         } => {}
     }
     for t in [rs_task, pod_task, deployment_task, pdb_task] {
         t.abort();
     }
+    let _ = volume_task.await;
     tracing::info!("controller manager inactive");
 }
 
