@@ -1,6 +1,7 @@
 //! The reflectors and work queues of the volume controller (binder and local-path
 //! provisioner): a claim goes to itself and to the volume it names, a volume to itself
-//! and to the claim its `claimRef` names, a StorageClass to every unbound claim of it, a
+//! and to the claim its `claimRef` names, a StorageClass to every unbound claim of it (and
+//! every unbound claim naming no class, for the retroactive default), a
 //! Node to every unbound claim that selected it. Each term also makes sure the default
 //! StorageClass `local-path` exists. One term runs them until it ends.
 
@@ -88,7 +89,8 @@ pub async fn run(term: Leadership) {
     let (classes, class_task) = {
         let (cq, cs) = (claim_queue.clone(), claims.clone());
         crate::informers::reflect(Api::<StorageClass>::all(client.clone()), term.denials.clone(), move |sc: &StorageClass| {
-            for c in cs.state().iter().filter(|c| unbound(c) && binder::claim_class(c) == sc.metadata.name.as_deref().unwrap_or("")) {
+            let names_none = |c: &PersistentVolumeClaim| c.spec.as_ref().is_some_and(|s| s.storage_class_name.is_none());
+            for c in cs.state().iter().filter(|c| unbound(c) && (names_none(c) || binder::claim_class(c) == sc.metadata.name.as_deref().unwrap_or(""))) {
                 cq.add(&key_of(c.as_ref()));
             }
         })

@@ -127,6 +127,25 @@ pub fn claim_phase(c: &PersistentVolumeClaim) -> Option<&str> {
     c.status.as_ref().and_then(|s| s.phase.as_deref())
 }
 
+/// The default class to give an unbound claim that names none (`storageClassName`
+/// absent, not ""), as Kubernetes' retroactive default StorageClass assignment does for a
+/// claim created while no default class existed: the newest class annotated
+/// `storageclass.kubernetes.io/is-default-class: "true"` (then by name).
+pub fn retroactive_default_class(c: &PersistentVolumeClaim, classes: &[&StorageClass]) -> Option<String> {
+    let spec = c.spec.as_ref()?;
+    if spec.storage_class_name.is_some() || spec.volume_name.as_deref().is_some_and(|v| !v.is_empty()) || c.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let default = |sc: &&&StorageClass| {
+        ["storageclass.kubernetes.io/is-default-class", "storageclass.beta.kubernetes.io/is-default-class"].iter().any(|a| annotation(&sc.metadata, a) == Some("true"))
+    };
+    classes
+        .iter()
+        .filter(default)
+        .max_by(|a, b| a.metadata.creation_timestamp.as_ref().map(|t| t.0).cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0)).then_with(|| b.metadata.name.cmp(&a.metadata.name)))
+        .and_then(|sc| sc.metadata.name.clone())
+}
+
 /// Whether a class delays binding until a pod uses the claim.
 pub fn waits_for_consumer(class: Option<&StorageClass>) -> bool {
     class.and_then(|c| c.volume_binding_mode.as_deref()) == Some("WaitForFirstConsumer")

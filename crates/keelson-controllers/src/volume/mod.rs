@@ -46,6 +46,21 @@ pub(crate) async fn sync_claim(ctx: Arc<VolumeCtx>, key: String) -> Result<Optio
         ctx.forget_event(&key);
         return Ok(None);
     };
+    let all_classes = ctx.classes.state();
+    let classes: Vec<&k8s_openapi::api::storage::v1::StorageClass> = all_classes.iter().map(|c| c.as_ref()).collect();
+    if let Some(default) = binder::retroactive_default_class(&claim, &classes) {
+        let mut c = (*claim).clone();
+        c.spec.get_or_insert_with(Default::default).storage_class_name = Some(default.clone());
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.term.client.clone(), ns);
+        return match api.replace(name, &PostParams::default(), &c).await {
+            Ok(_) => {
+                tracing::info!(claim = %key, class = %default, "gave the claim the default StorageClass");
+                Ok(None)
+            }
+            Err(e) if conflict(&e) || not_found(&e) => Ok(None),
+            Err(e) => Err(SyncError::from_kube(e)),
+        };
+    }
     let all = ctx.volumes.state();
     let volumes: Vec<&PersistentVolume> = all.iter().map(|v| v.as_ref()).collect();
     let class_name = binder::claim_class(&claim).to_string();

@@ -207,3 +207,22 @@ fn the_default_class_is_local_path() {
     assert_eq!(sc.metadata.annotations.unwrap()["storageclass.kubernetes.io/is-default-class"], "true");
     assert_eq!((sc.provisioner.as_str(), sc.volume_binding_mode.as_deref(), sc.reclaim_policy.as_deref()), (LOCAL_PATH_PROVISIONER, Some("WaitForFirstConsumer"), Some("Delete")));
 }
+
+#[test]
+fn a_claim_made_before_the_default_class_gets_it_later() {
+    let default = |name: &str, created: &str| -> StorageClass {
+        serde_json::from_value(json!({"metadata": {"name": name, "creationTimestamp": created, "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}}, "provisioner": "p"})).unwrap()
+    };
+    let plain: StorageClass = serde_json::from_value(json!({"metadata": {"name": "plain"}, "provisioner": "p"})).unwrap();
+    let (old, new) = (default("old", "2026-01-01T00:00:00Z"), default("new", "2026-02-01T00:00:00Z"));
+    let classes = [&plain, &old, &new];
+    let mut none = pvc("c", "1Gi", json!({}));
+    none.spec.as_mut().unwrap().storage_class_name = None;
+    assert_eq!(retroactive_default_class(&none, &classes).as_deref(), Some("new"));
+    assert_eq!(retroactive_default_class(&none, &[&plain]), None, "no default class yet");
+    assert_eq!(retroactive_default_class(&pvc("c", "1Gi", json!({"spec": {"storageClassName": ""}})), &classes), None, "\"\" asks for no class");
+    assert_eq!(retroactive_default_class(&pvc("c", "1Gi", json!({})), &classes), None, "it names one");
+    let mut bound = none.clone();
+    bound.spec.as_mut().unwrap().volume_name = Some("pv".into());
+    assert_eq!(retroactive_default_class(&bound, &classes), None, "a bound claim keeps what it has");
+}
