@@ -8,7 +8,9 @@
 //! Simulated completion: a pod annotated [`EXIT_CODE_ANNOTATION`] (`"0"`, `"1"`, …) is
 //! reported Running, then after [`SIMULATED_RUN`] its containers are reported terminated
 //! with that code (phase Succeeded for 0, Failed otherwise), whatever its restartPolicy —
-//! how tests run Jobs on nodes without containers. Nothing else is simulated.
+//! how tests run Jobs on nodes without containers. A deleted local-path volume of a
+//! hollow node is recorded as a `LocalVolumeRemoved` Event on the Node (simulated: there
+//! is no directory). Nothing else is simulated.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::Ipv4Addr;
@@ -90,6 +92,11 @@ fn pod_ip(i: usize, n: u32) -> Ipv4Addr {
     Ipv4Addr::from(0xF100_0000u32 + ((i as u32) << 8) + (n % 254) + 1)
 }
 
+/// Where a hollow node says its local volumes live (nothing is ever created there).
+pub fn hollow_storage_dir(node: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("/var/lib/keelson-hollow/{node}/storage"))
+}
+
 /// Registers the nodes, then heartbeats them and serves their pods until `shutdown`.
 pub async fn run(client: kube::Client, cfg: HollowConfig, shutdown: CancellationToken) -> Result<(), HollowError> {
     let nodes: Api<Node> = Api::all(client.clone());
@@ -99,7 +106,8 @@ pub async fn run(client: kube::Client, cfg: HollowConfig, shutdown: Cancellation
         let mut labels = (cfg.labels)(i);
         labels.insert("kubernetes.io/hostname".into(), name.clone());
         labels.insert("kubernetes.io/os".into(), "linux".into());
-        let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).expect("a valid Node");
+        let annotations = json!({crate::local_path::NODE_LOCAL_PATH_DIR: hollow_storage_dir(&name).display().to_string()});
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": labels, "annotations": annotations}})).expect("a valid Node");
         match nodes.create(&PostParams::default(), &node).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -110,6 +118,8 @@ pub async fn run(client: kube::Client, cfg: HollowConfig, shutdown: Cancellation
     }
     tracing::info!(count = cfg.count, prefix = %cfg.prefix, "hollow nodes registered");
     tokio::spawn(heartbeat(client.clone(), cfg.clone(), shutdown.clone()));
+    let storage = index.keys().map(|n| (n.clone(), hollow_storage_dir(n))).collect();
+    tokio::spawn(crate::local_path::reclaim(client.clone(), storage, true, shutdown.clone()));
     serve_pods(client, Arc::new(index), shutdown).await;
     Ok(())
 }

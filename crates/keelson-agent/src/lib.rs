@@ -21,6 +21,7 @@ pub mod containerd;
 pub mod hollow;
 pub mod images;
 pub mod kubelet_api;
+pub mod local_path;
 pub mod pod;
 pub mod runtime;
 pub mod stats;

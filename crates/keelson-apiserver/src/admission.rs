@@ -1,10 +1,49 @@
 //! Mutating admission of built-in plugins that Kubernetes enables by default, as pure
 //! functions of the object being created: DefaultTolerationSeconds and ServiceAccount
-//! (the token volume every pod mounts unless it opts out).
+//! (the token volume every pod mounts unless it opts out), and DefaultStorageClass (a new
+//! claim that names no class gets the default one; [`default_storage_class`] picks it).
 
 use serde_json::{json, Value};
 
 use crate::catalog::ResourceDef;
+
+/// The annotation that makes a StorageClass the default (and its beta spelling).
+pub const DEFAULT_CLASS_ANNOTATION: &str = "storageclass.kubernetes.io/is-default-class";
+const BETA_DEFAULT_CLASS_ANNOTATION: &str = "storageclass.beta.kubernetes.io/is-default-class";
+
+/// Kubernetes' DefaultStorageClass plugin's choice among `classes`: the classes annotated
+/// as default, the newest of them when there are several (by creationTimestamp, then
+/// name, as Kubernetes 1.26+ does); `None` when no class is the default.
+pub fn default_storage_class(classes: &[Value]) -> Option<String> {
+    let is_default = |c: &&Value| {
+        [DEFAULT_CLASS_ANNOTATION, BETA_DEFAULT_CLASS_ANNOTATION]
+            .iter()
+            .any(|a| c.pointer("/metadata/annotations").and_then(|m| m.get(*a)).and_then(Value::as_str) == Some("true"))
+    };
+    let field = |c: &Value, f: &str| c.pointer(&format!("/metadata/{f}")).and_then(Value::as_str).unwrap_or("").to_string();
+    classes
+        .iter()
+        .filter(is_default)
+        .max_by(|a, b| field(a, "creationTimestamp").cmp(&field(b, "creationTimestamp")).then_with(|| field(b, "name").cmp(&field(a, "name"))))
+        .map(|c| field(c, "name"))
+}
+
+/// DefaultStorageClass on a new claim: one without `spec.storageClassName` (absent or
+/// null; an empty string asks for no class) gets `class`. Returns whether it changed.
+pub fn set_default_storage_class(claim: &mut Value, class: Option<&str>) -> bool {
+    let Some(class) = class else { return false };
+    let Some(spec) = claim.get_mut("spec").and_then(Value::as_object_mut) else { return false };
+    if spec.get("storageClassName").is_some_and(|v| !v.is_null()) {
+        return false;
+    }
+    spec.insert("storageClassName".into(), json!(class));
+    true
+}
+
+/// Whether a new claim needs the DefaultStorageClass plugin (it names no class).
+pub fn wants_default_storage_class(def: &ResourceDef, obj: &Value) -> bool {
+    (def.group, def.kind) == ("", "PersistentVolumeClaim") && obj.pointer("/spec/storageClassName").is_none_or(Value::is_null)
+}
 
 /// DefaultTolerationSeconds' `--default-not-ready-toleration-seconds` and
 /// `--default-unreachable-toleration-seconds`.
@@ -101,6 +140,42 @@ pub fn default_toleration_seconds(pod: &mut Value, not_ready_seconds: i64, unrea
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn class(name: &str, created: &str, default: Option<&str>) -> Value {
+        let mut c = json!({"metadata": {"name": name, "creationTimestamp": created}, "provisioner": "p"});
+        if let Some(v) = default {
+            c["metadata"]["annotations"] = json!({DEFAULT_CLASS_ANNOTATION: v});
+        }
+        c
+    }
+
+    #[test]
+    fn the_newest_default_class_is_chosen() {
+        let classes = [class("slow", "2026-01-01T00:00:00Z", Some("true")), class("fast", "2026-02-01T00:00:00Z", Some("true")), class("other", "2026-03-01T00:00:00Z", Some("false")), class("plain", "2026-04-01T00:00:00Z", None)];
+        assert_eq!(default_storage_class(&classes).as_deref(), Some("fast"));
+        assert_eq!(default_storage_class(&classes[2..]), None);
+        let beta = json!({"metadata": {"name": "b", "annotations": {BETA_DEFAULT_CLASS_ANNOTATION: "true"}}});
+        assert_eq!(default_storage_class(&[beta]).as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn only_a_claim_without_a_class_gets_the_default() {
+        let def = crate::catalog::lookup("", "v1", "persistentvolumeclaims").unwrap();
+        let mut none = json!({"spec": {"resources": {"requests": {"storage": "1Gi"}}}});
+        let mut null = json!({"spec": {"storageClassName": null}});
+        let mut empty = json!({"spec": {"storageClassName": ""}});
+        let mut named = json!({"spec": {"storageClassName": "fast"}});
+        assert!(wants_default_storage_class(def, &none) && wants_default_storage_class(def, &null));
+        assert!(!wants_default_storage_class(def, &empty) && !wants_default_storage_class(def, &named));
+        assert!(set_default_storage_class(&mut none, Some("local-path")));
+        assert_eq!(none["spec"]["storageClassName"], "local-path");
+        assert!(set_default_storage_class(&mut null, Some("local-path")));
+        assert!(!set_default_storage_class(&mut empty, Some("local-path")));
+        assert!(!set_default_storage_class(&mut named, Some("local-path")));
+        let mut without = json!({"spec": {}});
+        assert!(!set_default_storage_class(&mut without, None), "no default class: left alone");
+        assert!(without["spec"].get("storageClassName").is_none());
+    }
 
     fn admitted(tolerations: Value) -> Value {
         let mut pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}], "tolerations": tolerations}});

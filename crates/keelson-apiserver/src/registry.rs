@@ -122,12 +122,24 @@ impl Registry {
         }
     }
 
+    /// The default StorageClass (DefaultStorageClass admission), read linearizably.
+    async fn default_storage_class(&self) -> Result<Option<String>, ApiError> {
+        let Some(def) = crate::catalog::lookup("storage.k8s.io", "v1", "storageclasses") else { return Ok(None) };
+        let page = self.store.list_page(&crate::storage::list_prefix(def, None), None, 0, 0, false).await?;
+        let classes: Vec<Value> = page.items.into_iter().map(|s| s.obj).collect();
+        Ok(crate::admission::default_storage_class(&classes))
+    }
+
     /// Creates an object. `ns` is the namespace from the URL.
     #[tracing::instrument(name = "create", skip_all, fields(resource = def.plural))]
     pub async fn create(&self, def: &ResourceDef, ns: Option<&str>, mut obj: Value, dry_run: bool) -> Result<Value, ApiError> {
         meta::prepare_create(def, &mut obj, ns, &mint())?;
         strategy::apply_defaults(def, &mut obj, true);
         crate::admission::admit_create(def, &mut obj, &mint().suffix);
+        if crate::admission::wants_default_storage_class(def, &obj) {
+            let class = self.default_storage_class().await?;
+            crate::admission::set_default_storage_class(&mut obj, class.as_deref());
+        }
         if meta::name_of(&obj).is_empty() {
             return Err(ApiError::invalid(def.kind, def.group, "", vec![crate::error::Cause::required("metadata.name")]));
         }

@@ -142,6 +142,9 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
         expectations: Expectations::default(),
     });
     tracing::info!("controller manager active");
+    // A task of its own: one more controller group inside the join below would deepen
+    // the stack every sync of the others runs on.
+    let volume_task = tokio::spawn(crate::volumes::run(term.clone()));
     let ready = async {
         let _ = ctx.pods.wait_until_ready().await;
         let _ = ctx.replicasets.wait_until_ready().await;
@@ -167,6 +170,7 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
     for t in [rs_task, pod_task, deployment_task, pdb_task] {
         t.abort();
     }
+    let _ = volume_task.await;
     tracing::info!("controller manager inactive");
 }
 

@@ -13,6 +13,9 @@
 //! The namespace controllers ([`namespace`] deletion, [`serviceaccount`], [`rootcacert`])
 //! share the reflectors of `namespaces`.
 //!
+//! The [`volume`] controller (PersistentVolume binder and the built-in local-path
+//! provisioner) has its own reflectors and queues (`volumes`).
+//!
 //! The node controllers ([`nodeipam`], [`nodelifecycle`], [`tainteviction`]) share the
 //! Node and node-Lease reflectors of `node_informers` and the pod reflector above; their
 //! settings are the [`ControllerConfig`] the process gives.
@@ -44,6 +47,8 @@ pub mod servicelb;
 mod services;
 pub mod statefulset;
 pub mod tainteviction;
+pub mod volume;
+mod volumes;
 pub mod work;
 mod workloads;
 

@@ -506,11 +506,10 @@ fn node_rules() -> Vec<Value> {
         rule(&["patch", "update"], &[""], &["pods/status"]),
         rule(&["create"], &[""], &["pods/eviction"]),
         rule(READ, &[""], &["configmaps", "secrets"]),
-        rule(
-            &["get"],
-            &[""],
-            &["persistentvolumeclaims", "persistentvolumes"],
-        ),
+        rule(&["get"], &[""], &["persistentvolumeclaims"]),
+        // Keelson: nodes also list and watch volumes, to remove the directory of a
+        // deleted local-path volume of their own (Kubernetes' role has only get).
+        rule(&["get", "list", "watch"], &[""], &["persistentvolumes"]),
         rule(&["get"], &[""], &["endpoints"]),
         rule(READ, &["discovery.k8s.io"], &["endpointslices"]),
         rule(

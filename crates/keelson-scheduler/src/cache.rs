@@ -144,6 +144,10 @@ impl SchedulerCache {
         }
     }
 
+    pub fn set_volumes(&mut self, volumes: crate::plugins::volume::VolumeState) {
+        self.snapshot.volumes = volumes;
+    }
+
     pub fn set_namespaces(&mut self, namespaces: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>) {
         self.snapshot.namespaces = namespaces;
     }

@@ -39,6 +39,11 @@ impl<'a> Cycle<'a> {
 /// A scheduling plugin: filters, scores, or both.
 pub trait Plugin: Send + Sync {
     fn name(&self) -> &'static str;
+    /// Why no node can take the pod, decided once per cycle (Kubernetes' PreFilter
+    /// rejection: the message is `0/N nodes are available: <why>.`).
+    fn pre_filter(&self, _cx: &Cycle) -> Option<String> {
+        None
+    }
     /// Why `node` cannot take the pod (empty: it can). Each reason counts once per node
     /// in the `FailedScheduling` message.
     fn filter(&self, _cx: &Cycle, _node: &NodeInfo) -> Vec<String> {
@@ -93,6 +98,12 @@ pub fn schedule(profile: &Profile, pod: &Pod, snapshot: &Snapshot, start: usize,
     let cx = Cycle::new(pod, snapshot);
     let total = snapshot.nodes.len();
     let want = nodes_to_find(total);
+    if total > 0 {
+        if let Some(why) = profile.plugins.iter().find_map(|(p, _)| p.pre_filter(&cx)) {
+            let message = format!("0/{total} nodes are available: {why}.");
+            return Decision::Unschedulable { reasons: BTreeMap::from([(why, total)]), message };
+        }
+    }
     let mut feasible: Vec<&NodeInfo> = Vec::new();
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     for i in 0..total {

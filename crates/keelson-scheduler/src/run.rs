@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
 use keelson_component::events::{EventRecorder, EventType};
 use keelson_component::denied::DenialReporter;
 use keelson_component::{fence, Leadership};
@@ -40,6 +41,8 @@ enum Change {
     NodesResync,
     /// A namespace changed (namespace selectors of affinity terms).
     Namespaces,
+    /// A claim, volume or StorageClass changed (VolumeBinding).
+    Volumes,
     /// A watch re-listed: the queue is checked against the store.
     Resync,
     /// A bind ended.
@@ -66,6 +69,11 @@ fn is_ours_and_pending(pod: &Pod) -> bool {
         && !matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
 }
 
+
+/// Any change but the start of a list: the volume state is rebuilt.
+fn volumes_changed<K>(ev: watcher::Event<K>) -> Option<Change> {
+    (!matches!(ev, watcher::Event::Init)).then_some(Change::Volumes)
+}
 
 /// Runs `stream` of a reflector, telling the loop what changed through `on`.
 fn follow<K, F>(api: Api<K>, writer: reflector::store::Writer<K>, tx: mpsc::UnboundedSender<Change>, denials: Arc<DenialReporter>, on: F) -> tokio::task::JoinHandle<()>
@@ -103,6 +111,9 @@ struct Scheduler {
     pods: Store<Pod>,
     nodes: Store<Node>,
     namespaces: Store<Namespace>,
+    claims: Store<PersistentVolumeClaim>,
+    volumes: Store<PersistentVolume>,
+    classes: Store<StorageClass>,
     queue: SchedulingQueue,
     /// What cycles decide on, kept current from the watches and the assumptions.
     cache: SchedulerCache,
@@ -126,6 +137,9 @@ async fn run(term: Leadership, metrics: SchedulerMetrics) {
     let (pods, pod_writer) = reflector::store::<Pod>();
     let (nodes, node_writer) = reflector::store::<Node>();
     let (namespaces, ns_writer) = reflector::store::<Namespace>();
+    let (claims, claim_writer) = reflector::store::<PersistentVolumeClaim>();
+    let (volumes, volume_writer) = reflector::store::<PersistentVolume>();
+    let (classes, class_writer) = reflector::store::<StorageClass>();
     let tasks = [
         follow(Api::<Pod>::all(client.clone()), pod_writer, tx.clone(), term.denials.clone(), |ev| match ev {
             watcher::Event::Apply(p) | watcher::Event::InitApply(p) => Some(Change::Pod(Arc::new(p))),
@@ -140,6 +154,9 @@ async fn run(term: Leadership, metrics: SchedulerMetrics) {
             watcher::Event::Init => None,
         }),
         follow(Api::<Namespace>::all(client.clone()), ns_writer, tx.clone(), term.denials.clone(), |ev| (!matches!(ev, watcher::Event::Init)).then_some(Change::Namespaces)),
+        follow(Api::<PersistentVolumeClaim>::all(client.clone()), claim_writer, tx.clone(), term.denials.clone(), volumes_changed),
+        follow(Api::<PersistentVolume>::all(client.clone()), volume_writer, tx.clone(), term.denials.clone(), volumes_changed),
+        follow(Api::<StorageClass>::all(client.clone()), class_writer, tx.clone(), term.denials.clone(), volumes_changed),
     ];
     let recorder = EventRecorder::new(client.clone(), crate::SCHEDULER_NAME, &term.identity);
     let mut s = Scheduler {
@@ -148,6 +165,9 @@ async fn run(term: Leadership, metrics: SchedulerMetrics) {
         pods,
         nodes,
         namespaces,
+        claims,
+        volumes,
+        classes,
         queue: SchedulingQueue::default(),
         cache: SchedulerCache::default(),
         assumed: HashMap::new(),
@@ -248,6 +268,15 @@ impl Scheduler {
                 self.cache.set_namespaces(namespaces);
                 self.queue.cluster_changed(now);
             }
+            Change::Volumes => {
+                let state = crate::plugins::volume::VolumeState {
+                    claims: self.claims.state().into_iter().map(|c| (format!("{}/{}", c.metadata.namespace.as_deref().unwrap_or("default"), c.metadata.name.as_deref().unwrap_or("")), c)).collect(),
+                    volumes: self.volumes.state().into_iter().map(|v| (v.metadata.name.clone().unwrap_or_default(), v)).collect(),
+                    classes: self.classes.state().into_iter().map(|c| (c.metadata.name.clone().unwrap_or_default(), c)).collect(),
+                };
+                self.cache.set_volumes(state);
+                self.queue.cluster_changed(now);
+            }
             Change::Resync => {
                 let present: std::collections::HashSet<String> = self.pods.state().iter().filter_map(|p| p.metadata.uid.clone()).collect();
                 let assumed: std::collections::HashSet<String> = self.assumed.values().filter_map(|p| p.metadata.uid.clone()).collect();
@@ -308,12 +337,14 @@ impl Scheduler {
         match decision {
             Decision::Bind { node, .. } => {
                 tracing::debug!(%node, "scheduled");
+                let claims: Vec<String> = crate::plugins::volume::delayed_claims(&snapshot.volumes, &pod).iter().filter_map(|c| c.metadata.name.clone()).collect();
+
                 let mut assumed = (*pod).clone();
                 assumed.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
                 let assumed = Arc::new(assumed);
                 self.cache.set_pod(assumed.clone());
                 self.assumed.insert(key.clone(), assumed);
-                tokio::spawn(bind(self.term.clone(), self.recorder.clone(), pod, node, key, self.tx.clone()).in_current_span());
+                tokio::spawn(bind(self.term.clone(), self.recorder.clone(), pod, node, claims, key, self.tx.clone()).in_current_span());
             }
             Decision::Unschedulable { message, .. } => {
                 tracing::debug!(%message, "unschedulable");
@@ -324,9 +355,28 @@ impl Scheduler {
     }
 }
 
-async fn bind(term: Leadership, recorder: EventRecorder, pod: Arc<Pod>, node: String, key: PodKey, tx: mpsc::UnboundedSender<Change>) {
+/// Binds `pod` to `node`, first telling the PersistentVolume controller the node of its
+/// unbound WaitForFirstConsumer `claims` (the `volume.kubernetes.io/selected-node`
+/// annotation, as Kubernetes' VolumeBinding PreBind does).
+async fn bind(term: Leadership, recorder: EventRecorder, pod: Arc<Pod>, node: String, claims: Vec<String>, key: PodKey, tx: mpsc::UnboundedSender<Change>) {
     let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let name = pod.metadata.name.clone().unwrap_or_default();
+    let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(term.client.clone(), &ns);
+    for claim in &claims {
+        let patch = json!({"metadata": {"annotations": {crate::plugins::volume::SELECTED_NODE: node}}});
+        let result = match claim_api.patch(claim, &PatchParams::default(), &Patch::Merge(patch)).await {
+            Ok(_) => None,
+            Err(e) if fence::is_fenced(&e) => Some(BindResult::Fenced),
+            Err(e) => {
+                term.denials.check(&e).await;
+                Some(BindResult::Failed(format!("selecting node {node} for claim {claim}: {e}")))
+            }
+        };
+        if let Some(result) = result {
+            let _ = tx.send(Change::Bound { key, result });
+            return;
+        }
+    }
     let api: Api<Pod> = Api::namespaced(term.client.clone(), &ns);
     let binding = json!({
         "apiVersion": "v1", "kind": "Binding",

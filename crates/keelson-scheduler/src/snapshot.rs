@@ -107,6 +107,8 @@ pub struct Snapshot {
     pub repelling: Vec<(usize, Arc<Pod>)>,
     /// On how many nodes each image (as `status.images` names it) is present.
     pub image_spread: BTreeMap<String, usize>,
+    /// Claims, volumes and classes (VolumeBinding).
+    pub volumes: crate::plugins::volume::VolumeState,
 }
 
 pub fn has_required_anti_affinity(pod: &Pod) -> bool {
@@ -146,7 +148,13 @@ impl Snapshot {
                 }
             }
         }
-        Self { nodes: infos, namespaces: BTreeMap::new(), repelling, image_spread }
+        Self { nodes: infos, namespaces: BTreeMap::new(), repelling, image_spread, volumes: Default::default() }
+    }
+
+    /// With the cluster's claims, volumes and classes.
+    pub fn with_volumes(mut self, volumes: crate::plugins::volume::VolumeState) -> Self {
+        self.volumes = volumes;
+        self
     }
 
     /// With the labels of every namespace.

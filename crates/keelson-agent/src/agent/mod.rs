@@ -75,7 +75,8 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
         reporter.write_cni_config(cidr)?;
     }
     let node_tasks = reporter.spawn(shutdown.clone());
-    let services = spawn_services(&client, &cfg, pod_cidr.as_deref(), &shutdown);
+    let mut services = spawn_services(&client, &cfg, pod_cidr.as_deref(), &shutdown);
+    services.push(tokio::spawn(crate::local_path::reclaim(client.clone(), vec![(cfg.node_name.clone(), crate::local_path::storage_dir(&cfg.data_dir))], false, shutdown.clone())));
     let ctx = Arc::new(PodContext {
         events: keelson_component::events::EventRecorder::new(client.clone(), "kubelet", &cfg.node_name),
         client: client.clone(),

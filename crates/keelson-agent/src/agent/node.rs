@@ -56,7 +56,8 @@ impl NodeReporter {
     pub async fn register(&self) -> Result<(), NodeError> {
         let name = &self.cfg.node_name;
         let err = |source| NodeError::Register { node: name.clone(), source };
-        let mut body = json!({"metadata": {"name": name, "labels": {
+        let storage = crate::local_path::storage_dir(&self.cfg.data_dir).display().to_string();
+        let mut body = json!({"metadata": {"name": name, "annotations": {crate::local_path::NODE_LOCAL_PATH_DIR: storage}, "labels": {
             "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
             "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}}});
         // A configured podCIDR is the Node's own from the start, so the controller
@@ -76,6 +77,10 @@ impl NodeReporter {
             }
             Err(e) => return Err(err(e)),
         };
+        if current.as_ref().and_then(crate::local_path::announced) != Some(storage.as_str()) {
+            let patch = json!({"metadata": {"annotations": {crate::local_path::NODE_LOCAL_PATH_DIR: storage}}});
+            self.nodes().patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await.map_err(err)?;
+        }
         self.report(current.as_ref()).await.map_err(err)?;
         Ok(())
     }

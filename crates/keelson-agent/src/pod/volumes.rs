@@ -3,12 +3,14 @@
 //! projected volumes are written the way the kubelet's atomic writer does — files in a
 //! timestamped directory, a `..data` symlink swapped in one rename, and one symlink per
 //! key — so a container sees every update at once and never a half-written file.
+//! A `persistentVolumeClaim` volume is the directory of the claim's bound local or
+//! hostPath PersistentVolume, created when first mounted.
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{ConfigMap, KeyToPath, Pod, Secret, Volume};
+use k8s_openapi::api::core::v1::{ConfigMap, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Volume};
 use kube::api::Api;
 
 use crate::runtime::MountSpec;
@@ -20,6 +22,9 @@ pub enum VolumeError {
     NotFound { what: &'static str, name: String },
     #[error("reading {what} \"{name}\": {source}")]
     Api { what: &'static str, name: String, #[source] source: kube::Error },
+    /// The claim has no volume yet (the kubelet's words).
+    #[error("error processing PVC {0}: PVC is not bound")]
+    Unbound(String),
     #[error("volume {volume}: {message}")]
     Io { volume: String, message: String },
     #[error("volume {0} is not supported by this agent")]
@@ -170,6 +175,31 @@ async fn prepare_one(client: &kube::Client, tokens: &TokenCache, pod: &Pod, ns: 
         let p = PathBuf::from(&host.path);
         if matches!(host.type_.as_deref(), Some("DirectoryOrCreate")) {
             std::fs::create_dir_all(&p).map_err(io)?;
+        }
+        return Ok(p);
+    }
+    if let Some(src) = &v.persistent_volume_claim {
+        let claim = fetch::<PersistentVolumeClaim>(client, ns, &src.claim_name, "persistentvolumeclaim")
+            .await?
+            .ok_or_else(|| VolumeError::NotFound { what: "persistentvolumeclaim", name: src.claim_name.clone() })?;
+        let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        let Some(pv_name) = claim.spec.as_ref().and_then(|s| s.volume_name.clone()).filter(|n| bound && !n.is_empty()) else {
+            return Err(VolumeError::Unbound(format!("{ns}/{}", src.claim_name)));
+        };
+        let pv = Api::<PersistentVolume>::all(client.clone())
+            .get_opt(&pv_name)
+            .await
+            .map_err(|source| VolumeError::Api { what: "persistentvolume", name: pv_name.clone(), source })?
+            .ok_or_else(|| VolumeError::NotFound { what: "persistentvolume", name: pv_name.clone() })?;
+        let spec = pv.spec.unwrap_or_default();
+        let Some(path) = spec.local.map(|l| l.path).or_else(|| spec.host_path.map(|h| h.path)) else {
+            return Err(VolumeError::Unsupported(format!("{} (PersistentVolume {pv_name} is neither local nor hostPath)", v.name)));
+        };
+        let p = PathBuf::from(path);
+        if !p.exists() {
+            // local-path-provisioner's setup: the directory, writable by any container user.
+            std::fs::create_dir_all(&p).map_err(io)?;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).map_err(io)?;
         }
         return Ok(p);
     }

@@ -4,13 +4,14 @@ pub mod fit;
 pub mod node;
 pub mod pod_affinity;
 pub mod spread;
+pub mod volume;
 
 #[cfg(test)]
 mod tests;
 
 use crate::framework::Profile;
 
-/// Kubernetes' default profile: filters in its order; scores with its weights
+/// Kubernetes' default profile (VolumeBinding reduced to Keelson's volumes): filters in its order; scores with its weights
 /// (TaintToleration 3, NodeAffinity 2, PodTopologySpread 2, InterPodAffinity 2,
 /// NodeResourcesFit 1, BalancedAllocation 1, ImageLocality 1).
 pub fn default_profile() -> Profile {
@@ -22,6 +23,7 @@ pub fn default_profile() -> Profile {
             (Box::new(node::NodeAffinity), 2),
             (Box::new(node::NodePorts), 0),
             (Box::new(fit::NodeResourcesFit), 1),
+            (Box::new(volume::VolumeBinding), 0),
             (Box::new(spread::PodTopologySpread), 2),
             (Box::new(pod_affinity::InterPodAffinity), 2),
             (Box::new(fit::BalancedAllocation), 1),

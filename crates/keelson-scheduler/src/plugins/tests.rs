@@ -204,3 +204,73 @@ fn finished_pods_free_their_resources_and_no_nodes_is_its_own_message() {
     assert_eq!(bound_to(&decide(nodes, vec![done], &pod("p", cpu("900m")))), "a");
     assert_eq!(message(&decide(vec![], vec![], &pod("p", json!({})))), "no nodes available to schedule pods");
 }
+
+fn volume_state(claims: Vec<Value>, volumes: Vec<Value>) -> crate::plugins::volume::VolumeState {
+    let classes = [
+        json!({"metadata": {"name": "local-path"}, "provisioner": "keelson.io/local-path", "volumeBindingMode": "WaitForFirstConsumer"}),
+        json!({"metadata": {"name": "manual"}, "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer"}),
+        json!({"metadata": {"name": "now"}, "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "Immediate"}),
+    ];
+    crate::plugins::volume::VolumeState {
+        claims: claims.into_iter().map(|c| {
+            let c: k8s_openapi::api::core::v1::PersistentVolumeClaim = serde_json::from_value(c).unwrap();
+            (format!("default/{}", c.metadata.name.clone().unwrap()), Arc::new(c))
+        }).collect(),
+        volumes: volumes.into_iter().map(|v| {
+            let v: k8s_openapi::api::core::v1::PersistentVolume = serde_json::from_value(v).unwrap();
+            (v.metadata.name.clone().unwrap(), Arc::new(v))
+        }).collect(),
+        classes: classes.into_iter().map(|c| {
+            let c: k8s_openapi::api::storage::v1::StorageClass = serde_json::from_value(c).unwrap();
+            (c.metadata.name.clone().unwrap(), Arc::new(c))
+        }).collect(),
+    }
+}
+
+fn claim(name: &str, class: &str, volume: Option<&str>) -> Value {
+    json!({"metadata": {"name": name, "namespace": "default"}, "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}}, "volumeName": volume}})
+}
+
+fn on_node(name: &str, node: &str, claim_ref: Option<&str>) -> Value {
+    json!({"metadata": {"name": name}, "spec": {"storageClassName": "manual", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}, "hostPath": {"path": "/x"},
+        "claimRef": claim_ref.map(|c| json!({"namespace": "default", "name": c})),
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}})
+}
+
+fn with_claim(name: &str, claim: &str) -> Arc<Pod> {
+    pod(name, json!({"spec": {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}}))
+}
+
+#[test]
+fn volume_binding_checks_claims_and_volume_node_affinity() {
+    let nodes = || vec![node("n1", "2", json!({})), node("n2", "2", json!({})), node("n3", "2", json!({}))];
+    let state = volume_state(
+        vec![claim("bound", "manual", Some("pv-n2")), claim("dangling", "manual", Some("gone")), claim("later", "local-path", None),
+             claim("static", "manual", None), claim("immediate", "now", None),
+             json!({"metadata": {"name": "deleting", "namespace": "default", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"storageClassName": "local-path"}})],
+        vec![on_node("pv-n2", "n2", Some("bound")), on_node("free-n3", "n3", None)],
+    );
+    let decide_v = |p: &Pod| schedule(&default_profile(), p, &Snapshot::build(nodes(), Vec::<Arc<Pod>>::new()).with_volumes(state.clone()), 0, 0);
+
+    assert_eq!(message(&decide_v(&with_claim("p", "missing"))), "0/3 nodes are available: persistentvolumeclaim \"missing\" not found.");
+    assert_eq!(message(&decide_v(&with_claim("p", "deleting"))), "0/3 nodes are available: persistentvolumeclaim \"deleting\" is being deleted.");
+    assert_eq!(message(&decide_v(&with_claim("p", "immediate"))), "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims.");
+    // A bound claim's volume lives on n2 only.
+    assert_eq!(bound_to(&decide_v(&with_claim("p", "bound"))), "n2");
+    let pinned = pod("p", json!({"spec": {"nodeName": null, "nodeSelector": {"kubernetes.io/hostname": "n1"}, "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "bound"}}]}}));
+    assert_eq!(message(&decide_v(&pinned)), "0/3 nodes are available: 1 node(s) had volume node affinity conflict, 2 node(s) didn't match Pod's node affinity/selector.");
+    assert_eq!(message(&decide_v(&with_claim("p", "dangling"))), "0/3 nodes are available: 3 node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s).");
+    // Unbound WaitForFirstConsumer: local-path can provision anywhere; a static class
+    // needs an available volume the node reaches.
+    assert!(matches!(decide_v(&with_claim("p", "later")), Decision::Bind { .. }));
+    assert_eq!(bound_to(&decide_v(&with_claim("p", "static"))), "n3");
+    let no_static = volume_state(vec![claim("static", "manual", None)], vec![on_node("taken", "n1", Some("someone"))]);
+    let d = schedule(&default_profile(), &with_claim("p", "static"), &Snapshot::build(nodes(), Vec::<Arc<Pod>>::new()).with_volumes(no_static), 0, 0);
+    assert_eq!(message(&d), "0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind.");
+
+    // The claims the scheduler annotates at bind time: unbound WaitForFirstConsumer ones.
+    let both = pod("p", json!({"spec": {"volumes": [{"name": "a", "persistentVolumeClaim": {"claimName": "later"}}, {"name": "b", "persistentVolumeClaim": {"claimName": "bound"}}]}}));
+    let delayed: Vec<_> = crate::plugins::volume::delayed_claims(&state, &both).iter().map(|c| c.metadata.name.clone().unwrap()).collect();
+    assert_eq!(delayed, ["later"]);
+}
