@@ -142,9 +142,15 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
         expectations: Expectations::default(),
     });
     tracing::info!("controller manager active");
-    // A task of its own: one more controller group inside the join below would deepen
-    // the stack every sync of the others runs on.
-    let volume_task = tokio::spawn(crate::volumes::run(term.clone()));
+    // The controller groups with reflectors of their own run as tasks of their own (each
+    // ends with the term): inside one future with the others, every sync would run on a
+    // deeper stack — a debug build overflowed it once.
+    let mut groups = vec![
+        tokio::spawn(crate::volumes::run(term.clone())),
+        tokio::spawn(crate::workloads::run(term.clone())),
+        tokio::spawn(crate::namespaces::run(term.clone(), config.root_ca_pem.clone())),
+        tokio::spawn(crate::services::run(term.clone())),
+    ];
     let ready = async {
         let _ = ctx.pods.wait_until_ready().await;
         let _ = ctx.replicasets.wait_until_ready().await;
@@ -155,22 +161,23 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
         _ = term.ended.cancelled() => {}
         _ = async {
             ready.await;
+            // The node controllers share this term's pod reflector, so they start once it is.
+            groups.push(tokio::spawn(crate::node_informers::run(term.clone(), ctx.pods.clone(), config)));
             tokio::join!(
                 crate::replicaset::run(ctx.clone(), rs_rx),
                 crate::deployment::run(ctx.clone(), deployment_rx),
                 work(&ctx, pdb_rx, &ctx.pdb_queue, "disruption", crate::disruption::sync),
                 crate::garbage::run(ctx.clone()),
-                crate::workloads::run(term.clone()),
-                crate::namespaces::run(term.clone(), config.root_ca_pem.clone()),
-                crate::node_informers::run(term.clone(), ctx.pods.clone(), config),
-                crate::services::run(term.clone()),
             );
         } => {}
     }
+    term.ended.cancel();
     for t in [rs_task, pod_task, deployment_task, pdb_task] {
         t.abort();
     }
-    let _ = volume_task.await;
+    for g in groups {
+        let _ = g.await;
+    }
     tracing::info!("controller manager inactive");
 }
 
