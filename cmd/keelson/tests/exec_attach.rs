@@ -2,6 +2,8 @@
 //! real kubectl, through the API server, to `keelson agent`, which reaches containerd's
 //! streaming server over SPDY so that the end of the client's stdin (WebSocket v5
 //! `[255, 0]` from kubectl 1.33, a SPDY FIN from kubectl 1.29) closes the process's stdin.
+//! kubectl 1.27 (SPDY) and 1.30 (WebSocket) exec too, and a viewer without `pods/exec`
+//! is refused with 403 over either protocol.
 //!
 //! Needs root, containerd and the rest of the node tests' tools; skipped loudly otherwise.
 
@@ -158,6 +160,28 @@ async fn exec_cp_and_attach_with_stdin_that_ends() {
     assert!(o.status.success() && std::fs::read(&back29).unwrap() == payload, "kubectl 1.29 cp round trip: {}", text(&o.stderr));
     let server_log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
     assert!(server_log.lines().any(|l| l.contains("pods/exec") && l.contains("SPDY/3.1")), "kubectl 1.29 used SPDY\n{}", logs());
+
+    // kubectl 1.27 (SPDY, v4 at most) and 1.30 (WebSocket v5 by default) too.
+    for (version, protocol) in [("1.27", "SPDY/3.1"), ("1.30", "websocket")] {
+        let kubectl = format!("/usr/lib/google-cloud-sdk/bin/kubectl.{version}");
+        let o = kubectl_with(&kubectl, &kc, &["exec", "-i", "box", "--", "cat"], b"hi\n", limit);
+        assert_eq!((o.status.code(), text(&o.stdout).as_str()), (Some(0), "hi\n"), "kubectl {version} exec -i cat; stderr: {}\n{}", text(&o.stderr), logs());
+        let o = kubectl_with(&kubectl, &kc, &["exec", "box", "--", "sh", "-c", "exit 3"], b"", limit);
+        assert_eq!(o.status.code(), Some(3), "kubectl {version} exit 3; stderr: {}", text(&o.stderr));
+        let server_log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+        assert!(server_log.lines().any(|l| l.contains("pods/exec") && l.contains(protocol)), "kubectl {version} used {protocol}\n{}", logs());
+    }
+
+    // A caller without rights on pods/exec is refused by the API server, with either
+    // protocol (kubectl 1.33 falls back from the refused WebSocket to SPDY, which is
+    // refused too).
+    let o = kubectl_with("kubectl", &kc, &["create", "rolebinding", "nobody-views", "--clusterrole=view", "--user=nobody"], b"", limit);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    for kubectl in ["kubectl", KUBECTL_1_29] {
+        let o = kubectl_with(kubectl, &kc, &["--as=nobody", "exec", "box", "--", "true"], b"", limit);
+        let err = text(&o.stderr);
+        assert!(!o.status.success() && err.contains("forbidden") && err.contains("User \"nobody\" cannot create resource \"pods/exec\""), "{kubectl} exec as a viewer: {err}");
+    }
 
     // kubectl attach to a container reading stdin: what is sent arrives, and its end
     // (stdinOnce) ends the container, which ends the attach.
