@@ -4,7 +4,8 @@
 //! percentage), the eviction subresource takes one disruption per eviction and refuses
 //! the next with 429 while the budget is spent; a finished pod needs none. A Node
 //! deleted under its pods has them collected after the quarantine, and their
-//! ReplicaSet replaces them elsewhere. Assertions are on stored state, polled with
+//! ReplicaSet replaces them elsewhere. The garbage collector follows owner references
+//! of any kind (ConfigMaps owned by pods). Assertions are on stored state, polled with
 //! generous overall timeouts.
 
 mod cluster_support;
@@ -95,6 +96,24 @@ async fn disruption_budgets_are_kept_and_bound_evictions() {
     })
     .await;
     pods.evict("bare-done", &EvictParams::default()).await.expect("a finished pod is evicted whatever the budget");
+
+    // The garbage collector judges owners of any kind: a ConfigMap owned by a pod goes
+    // with the pod; one whose owner never existed goes too; one owned by a live pod stays.
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(admin.clone(), "default");
+    let owned_by = |name: &str, pod: &str, uid: &str| -> k8s_openapi::api::core::v1::ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name, "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid}]}})).unwrap()
+    };
+    let bare3_uid = pods.get("bare-3").await.unwrap().metadata.uid.unwrap();
+    let solo_uid = pods.get("bare-2").await.unwrap().metadata.uid.unwrap();
+    cms.create(&pp, &owned_by("of-bare-3", "bare-3", &bare3_uid)).await.unwrap();
+    cms.create(&pp, &owned_by("of-nobody", "never", "00000000-0000-4000-8000-000000000000")).await.unwrap();
+    cms.create(&pp, &owned_by("of-bare-2", "bare-2", &solo_uid)).await.unwrap();
+    pods.delete("bare-3", &kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
+    eventually("the ConfigMaps of gone owners are collected", Duration::from_secs(60), || async {
+        let names: Vec<String> = cms.list(&ListParams::default()).await.map_err(|e| e.to_string())?.items.into_iter().filter_map(|c| c.metadata.name).filter(|n| n.starts_with("of-")).collect();
+        (names == ["of-bare-2"]).then_some(()).ok_or(format!("{names:?}"))
+    })
+    .await;
 
     // The pods of a deleted Node are collected once it has been gone for 40 s (checked
     // every 20 s), and the Deployment's replacements run on the other node.

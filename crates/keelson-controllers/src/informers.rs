@@ -150,6 +150,7 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
         tokio::spawn(crate::workloads::run(term.clone())),
         tokio::spawn(crate::namespaces::run(term.clone(), config.root_ca_pem.clone())),
         tokio::spawn(crate::services::run(term.clone())),
+        tokio::spawn(crate::garbage::generic::run(term.clone())),
     ];
     let ready = async {
         let _ = ctx.pods.wait_until_ready().await;

@@ -221,7 +221,7 @@ async fn collect_garbage(ctx: &WorkloadCtx) {
         objects.extend(jobs.iter().map(|j| ("Job", &j.metadata)));
         objects.extend(sets.iter().map(|d| ("DaemonSet", &d.metadata)));
         objects.extend(pods.iter().map(|p| ("Pod", &p.metadata)));
-        if !crate::garbage::sweep(&ctx.term, &objects, &WORKLOAD_OWNER_KINDS).await {
+        if !crate::garbage::sweep(&ctx.term, &crate::garbage::Kinds::workloads(), &objects, &WORKLOAD_OWNER_KINDS).await {
             return;
         }
     }

@@ -82,6 +82,14 @@ pub enum Representation {
     Object,
     /// `meta.k8s.io/v1 Table` (kubectl get).
     Table,
+    /// `meta.k8s.io/v1 PartialObjectMetadata(List)`: metadata only (metadata informers,
+    /// kube-rs's metadata watchers, garbage collectors).
+    Metadata,
+}
+
+/// An object as `PartialObjectMetadata`: its kind and metadata only.
+pub fn partial_metadata(obj: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata").cloned().unwrap_or_else(|| serde_json::json!({}))})
 }
 
 /// Picks the response representation from the Accept header.
@@ -100,6 +108,10 @@ pub fn representation(headers: &HeaderMap) -> Result<Representation, ApiError> {
         if (mime == "application/json" || mime == "*/*") && is_table && g_meta {
             return Ok(Representation::Table);
         }
+        let is_partial = params.iter().any(|p| p.eq_ignore_ascii_case("as=PartialObjectMetadata") || p.eq_ignore_ascii_case("as=PartialObjectMetadataList"));
+        if (mime == "application/json" || mime == "*/*") && is_partial && g_meta {
+            return Ok(Representation::Metadata);
+        }
         let other_as = params.iter().any(|p| p.to_ascii_lowercase().starts_with("as="));
         if (mime == "application/json" || mime == "*/*" || mime == "application/*") && !other_as {
             json_ok = true;
@@ -108,7 +120,7 @@ pub fn representation(headers: &HeaderMap) -> Result<Representation, ApiError> {
     if json_ok {
         Ok(Representation::Object)
     } else {
-        Err(ApiError::NotAcceptable(format!("only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io (asked for {accept:?})")))
+        Err(ApiError::NotAcceptable(format!("only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as=PartialObjectMetadata(List);v=v1;g=meta.k8s.io (asked for {accept:?})")))
     }
 }
 
@@ -127,6 +139,9 @@ mod tests {
         let t = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
         assert_eq!(representation(&h(http::header::ACCEPT, t)).unwrap(), Representation::Table);
         assert_eq!(representation(&h(http::header::ACCEPT, "application/json")).unwrap(), Representation::Object);
+        let m = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+        assert_eq!(representation(&h(http::header::ACCEPT, m)).unwrap(), Representation::Metadata);
+        assert_eq!(partial_metadata(&serde_json::json!({"kind": "Pod", "metadata": {"name": "p"}, "spec": {}})), serde_json::json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": {"name": "p"}}));
         assert_eq!(representation(&h(http::header::ACCEPT, "application/vnd.kubernetes.protobuf,application/json")).unwrap(), Representation::Object);
         assert_eq!(representation(&h(http::header::ACCEPT, "application/vnd.kubernetes.protobuf")).unwrap_err().code(), 406);
     }

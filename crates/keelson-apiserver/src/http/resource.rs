@@ -70,6 +70,7 @@ pub(crate) fn with_warnings(mut resp: Response, warnings: &[String]) -> Response
 pub(crate) fn object_response(code: StatusCode, def: &ResourceDef, obj: &Value, repr: Representation, q: &HashMap<String, String>) -> Result<Response, ApiError> {
     Ok(match repr {
         Representation::Object => json_response(code, obj),
+        Representation::Metadata => json_response(code, &negotiate::partial_metadata(obj)),
         Representation::Table => {
             let rv = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("").to_string();
             json_response(code, &list::table_object(def, std::slice::from_ref(obj), list::include_object(q)?, &rv, None))
@@ -101,6 +102,14 @@ pub(crate) async fn handle(state: &Arc<ApiState>, reg: &Registry, rr: ResourceRe
             let listed = list::list(reg, &rr, &q, &sel).await?;
             match repr {
                 Representation::Object => Ok(json_response(StatusCode::OK, &list::list_object(def, &listed))),
+                Representation::Metadata => {
+                    let mut l = list::list_object(def, &listed);
+                    l["kind"] = json!("PartialObjectMetadataList");
+                    l["apiVersion"] = json!("meta.k8s.io/v1");
+                    let items: Vec<Value> = listed.items.iter().map(|s| negotiate::partial_metadata(&s.obj)).collect();
+                    l["items"] = json!(items);
+                    Ok(json_response(StatusCode::OK, &l))
+                }
                 Representation::Table => {
                     let items: Vec<Value> = listed.items.iter().map(|s| s.obj.clone()).collect();
                     let t = list::table_object(def, &items, list::include_object(&q)?, &listed.revision.to_string(), listed.continue_token.as_deref());

@@ -166,6 +166,7 @@ impl WatchSpec {
     fn event(&self, ty: &str, obj: Value) -> Value {
         let object = match self.repr {
             Representation::Object => obj,
+            Representation::Metadata => super::negotiate::partial_metadata(&obj),
             Representation::Table => {
                 let rv = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("").to_string();
                 list::table_object(self.def, std::slice::from_ref(&obj), self.include, &rv, None)

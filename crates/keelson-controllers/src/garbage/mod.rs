@@ -3,8 +3,10 @@
 //! executor that checks with live reads before it deletes anything. The workload
 //! controllers run the same [`sweep`] over their own snapshot, for their own owner kinds.
 
+pub mod generic;
 pub mod reconcile;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,18 +23,39 @@ use reconcile::{collect_owned_by, GcAction, ObjectKey, OWNER_KINDS};
 
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-fn api(client: &kube::Client, key: &ObjectKey) -> Option<Api<DynamicObject>> {
-    let resource = match key.kind.as_str() {
-        "Deployment" => ApiResource::erase::<Deployment>(&()),
-        "ReplicaSet" => ApiResource::erase::<ReplicaSet>(&()),
-        "Pod" => ApiResource::erase::<Pod>(&()),
-        "Job" => ApiResource::erase::<Job>(&()),
-        "CronJob" => ApiResource::erase::<CronJob>(&()),
-        "DaemonSet" => ApiResource::erase::<DaemonSet>(&()),
-        "StatefulSet" => ApiResource::erase::<StatefulSet>(&()),
-        _ => return None,
-    };
-    Some(Api::namespaced_with(client.clone(), &key.namespace, &resource))
+/// How the collector reaches objects of each kind it judges: the resource and whether
+/// it is namespaced.
+#[derive(Clone, Default)]
+pub struct Kinds(HashMap<String, (ApiResource, bool)>);
+
+impl Kinds {
+    /// The kinds the controller manager's own reflectors hold.
+    pub fn workloads() -> Self {
+        let mut k = Kinds::default();
+        k.add("Deployment", ApiResource::erase::<Deployment>(&()), true);
+        k.add("ReplicaSet", ApiResource::erase::<ReplicaSet>(&()), true);
+        k.add("Pod", ApiResource::erase::<Pod>(&()), true);
+        k.add("Job", ApiResource::erase::<Job>(&()), true);
+        k.add("CronJob", ApiResource::erase::<CronJob>(&()), true);
+        k.add("DaemonSet", ApiResource::erase::<DaemonSet>(&()), true);
+        k.add("StatefulSet", ApiResource::erase::<StatefulSet>(&()), true);
+        k
+    }
+
+    /// Adds a kind; the first resource of a kind is kept.
+    pub fn add(&mut self, kind: &str, resource: ApiResource, namespaced: bool) {
+        self.0.entry(kind.to_string()).or_insert((resource, namespaced));
+    }
+
+    pub fn knows(&self, kind: &str) -> bool {
+        self.0.contains_key(kind)
+    }
+
+    /// The API of `key`'s object (its namespace ignored for a cluster-scoped kind).
+    fn api(&self, client: &kube::Client, key: &ObjectKey) -> Option<Api<DynamicObject>> {
+        let (resource, namespaced) = self.0.get(&key.kind)?;
+        Some(if *namespaced { Api::namespaced_with(client.clone(), &key.namespace, resource) } else { Api::all_with(client.clone(), resource) })
+    }
 }
 
 /// Sweeps until the term ends.
@@ -47,7 +70,7 @@ pub(crate) async fn run(ctx: Arc<Ctx>) {
         objects.extend(deployments.iter().map(|d| ("Deployment", &d.metadata)));
         objects.extend(sets.iter().map(|r| ("ReplicaSet", &r.metadata)));
         objects.extend(pods.iter().map(|p| ("Pod", &p.metadata)));
-        if !sweep(&ctx.term, &objects, &OWNER_KINDS).await {
+        if !sweep(&ctx.term, &Kinds::workloads(), &objects, &OWNER_KINDS).await {
             return;
         }
     }
@@ -55,10 +78,10 @@ pub(crate) async fn run(ctx: Arc<Ctx>) {
 
 /// One sweep over `objects` for owners of `owner_kinds`; `false` when a write was fenced
 /// (the term is over).
-pub(crate) async fn sweep(term: &Leadership, objects: &[(&str, &ObjectMeta)], owner_kinds: &[&str]) -> bool {
+pub(crate) async fn sweep(term: &Leadership, kinds: &Kinds, objects: &[(&str, &ObjectMeta)], owner_kinds: &[&str]) -> bool {
     for action in collect_owned_by(objects, owner_kinds) {
         let span = tracing::info_span!("reconcile", controller = "garbagecollector", action = ?action);
-        match tracing::Instrument::instrument(execute(&term.client, &action), span).await {
+        match tracing::Instrument::instrument(execute(&term.client, kinds, &action), span).await {
             Ok(()) => {}
             Err(SyncError::Fenced) => {
                 term.step_down();
@@ -74,12 +97,12 @@ fn not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
-async fn execute(client: &kube::Client, action: &GcAction) -> Result<(), SyncError> {
+async fn execute(client: &kube::Client, kinds: &Kinds, action: &GcAction) -> Result<(), SyncError> {
     match action {
         GcAction::DeleteOrphaned { object, owners } => {
             // The snapshot may lag: an owner counts as gone only if a live read says so.
             for (owner, uid) in owners {
-                let Some(owners_api) = api(client, owner) else { return Ok(()) };
+                let Some(owners_api) = kinds.api(client, owner) else { return Ok(()) };
                 match owners_api.get(&owner.name).await {
                     Ok(o) if o.metadata.uid.as_deref() == Some(uid.as_str()) => return Ok(()),
                     Ok(_) => {}
@@ -87,11 +110,11 @@ async fn execute(client: &kube::Client, action: &GcAction) -> Result<(), SyncErr
                     Err(e) => return Err(SyncError::from_kube(e)),
                 }
             }
-            delete(client, object, DeleteParams::background()).await
+            delete(client, kinds, object, DeleteParams::background()).await
         }
-        GcAction::DeleteForeground { object } => delete(client, object, DeleteParams::foreground()).await,
+        GcAction::DeleteForeground { object } => delete(client, kinds, object, DeleteParams::foreground()).await,
         GcAction::DropOwners { object, uids } => {
-            let Some(a) = api(client, object) else { return Ok(()) };
+            let Some(a) = kinds.api(client, object) else { return Ok(()) };
             let Some(live) = live(&a, &object.name).await? else { return Ok(()) };
             let kept: Vec<_> = live.metadata.owner_references.unwrap_or_default().into_iter().filter(|o| !uids.contains(&o.uid)).collect();
             let kept = if kept.is_empty() { serde_json::Value::Null } else { json!(kept) };
@@ -100,7 +123,7 @@ async fn execute(client: &kube::Client, action: &GcAction) -> Result<(), SyncErr
             Ok(())
         }
         GcAction::RemoveFinalizer { object, finalizer } => {
-            let Some(a) = api(client, object) else { return Ok(()) };
+            let Some(a) = kinds.api(client, object) else { return Ok(()) };
             let Some(live) = live(&a, &object.name).await? else { return Ok(()) };
             let kept: Vec<String> = live.metadata.finalizers.unwrap_or_default().into_iter().filter(|f| f != finalizer).collect();
             let kept = if kept.is_empty() { serde_json::Value::Null } else { json!(kept) };
@@ -120,8 +143,8 @@ async fn live(a: &Api<DynamicObject>, name: &str) -> Result<Option<DynamicObject
     }
 }
 
-async fn delete(client: &kube::Client, object: &ObjectKey, params: DeleteParams) -> Result<(), SyncError> {
-    let Some(a) = api(client, object) else { return Ok(()) };
+async fn delete(client: &kube::Client, kinds: &Kinds, object: &ObjectKey, params: DeleteParams) -> Result<(), SyncError> {
+    let Some(a) = kinds.api(client, object) else { return Ok(()) };
     match a.delete(&object.name, &params).await {
         Ok(_) => {
             tracing::debug!(kind = %object.kind, name = %object.name, "garbage collected");
