@@ -55,7 +55,11 @@ impl DenialReporter {
             name: Some(self.lease.1.clone()),
             ..Default::default()
         };
-        self.recorder.publish(&lease, EventType::Warning, "Forbidden", &note).await;
+        if !self.recorder.try_publish(&lease, EventType::Warning, "Forbidden", &note).await {
+            // Not recorded (at start the API may not yet let this component write
+            // Events either): the next time it is denied this, it is reported again.
+            self.seen.lock().expect("denials lock").remove(message);
+        }
     }
 
     /// Reports `e` if it is a denial; returns whether it was.

@@ -61,10 +61,19 @@ impl EventRecorder {
 
     /// An Event on any object. Failing to record is logged, never fatal.
     pub async fn publish(&self, regarding: &ObjectReference, type_: EventType, reason: &str, message: &str) {
+        self.try_publish(regarding, type_, reason, message).await;
+    }
+
+    /// [`publish`](Self::publish), saying whether the Event was recorded.
+    pub async fn try_publish(&self, regarding: &ObjectReference, type_: EventType, reason: &str, message: &str) -> bool {
         let ev = event(regarding, type_, reason, message, &self.component, &self.instance, jiff::Timestamp::now());
         let api: Api<Event> = Api::namespaced(self.client.clone(), ev.metadata.namespace.as_deref().unwrap_or("default"));
-        if let Err(e) = api.create(&PostParams::default(), &ev).await {
-            tracing::warn!(reason, error = %e, "could not record an Event");
+        match api.create(&PostParams::default(), &ev).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(reason, error = %e, "could not record an Event");
+                false
+            }
         }
     }
 }
