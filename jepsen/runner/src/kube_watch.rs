@@ -43,6 +43,10 @@ const STORE_PREFIX: &str = "/registry/core/configmaps/default/";
 /// stopped.
 const CATCH_UP: Duration = Duration::from_secs(20);
 
+/// The workload's ConfigMaps are named with this; other ConfigMaps of the namespace
+/// (the published `kube-root-ca.crt`, say) are none of the check's business.
+const WRITE_PREFIX: &str = "jepsen-w-";
+
 /// History key of a ConfigMap.
 fn history_key(name: &str) -> String {
     format!("{NAMESPACE}/{name}")
@@ -91,7 +95,7 @@ fn observation(watcher: u64, f: Function) -> HistoryEvent {
 }
 
 fn start_record(watcher: u64, revision: u64) -> HistoryEvent {
-    let range = keelson_jepsen::watch::KeyRange::prefix(&format!("{NAMESPACE}/"));
+    let range = keelson_jepsen::watch::KeyRange::prefix(&format!("{NAMESPACE}/{WRITE_PREFIX}"));
     let mut ev = observation(watcher, Function::Watch).with_key(range.start);
     ev.range_end = range.end;
     ev.revision = Some(revision);
@@ -221,7 +225,7 @@ impl KubeWatchWorkload {
         let mut process = first;
         let mut n = 0u64;
         while !stop.is_cancelled() {
-            let name = format!("jepsen-w-{}", rng.gen_range(0..self.keys));
+            let name = format!("{WRITE_PREFIX}{}", rng.gen_range(0..self.keys));
             let key = history_key(&name);
             let delete = rng.gen_bool(0.2);
             let (f, value) = if delete { (Function::Delete, Value::Nil) } else { (Function::Put, Value::str(format!("p{process}-{n}"))) };
@@ -353,7 +357,16 @@ impl KubeWatchWorkload {
                     _ = target.changed() => continue,
                     m = stream.next() => m,
                 };
+                let ours = |cm: &ConfigMap| cm.metadata.name.as_deref().is_some_and(|n| n.starts_with(WRITE_PREFIX));
                 let ev = match item {
+                    Some(Ok(WatchEvent::Added(cm) | WatchEvent::Modified(cm) | WatchEvent::Deleted(cm))) if !ours(&cm) => {
+                        // Not recorded, but the watch has come this far.
+                        if let Some(rev) = kube_api::revision_of(&cm.metadata) {
+                            seen = Some(seen.map_or(rev, |s| s.max(rev)));
+                            end.reached = seen;
+                        }
+                        continue;
+                    }
                     Some(Ok(WatchEvent::Added(cm) | WatchEvent::Modified(cm))) => change(id, &cm, ChangeKind::Put),
                     Some(Ok(WatchEvent::Deleted(cm))) => change(id, &cm, ChangeKind::Delete),
                     Some(Ok(WatchEvent::Bookmark(b))) => {
@@ -461,6 +474,10 @@ async fn collect(store: &StoreClient, first: Revision, head: Revision) -> Result
                 for e in events {
                     let key = String::from_utf8_lossy(&e.kv.key);
                     let name = key.strip_prefix(STORE_PREFIX).unwrap_or(&key).to_string();
+                    reached = reached.max(e.kv.mod_revision);
+                    if !name.starts_with(WRITE_PREFIX) {
+                        continue;
+                    }
                     let mut ev = observation(REFERENCE_WATCHER, Function::WatchEvent).with_key(history_key(&name));
                     ev.revision = Some(e.kv.mod_revision as u64);
                     match e.kind {
