@@ -239,9 +239,21 @@ async fn agent_runs_pods_in_real_containers() {
     let text = kubectl(&["get", "pods", "-o", "wide"]);
     assert!(text.lines().any(|l| l.starts_with("web ") && l.contains("Running") && l.contains(&web_ip) && l.contains("n1")), "{text}");
     assert!(text.lines().any(|l| l.starts_with("done ") && l.contains("Completed")), "{text}");
-    assert!(text.lines().any(|l| l.starts_with("crash ") && l.contains("CrashLoopBackOff")), "{text}");
+    // crash runs for a moment after each back-off: the table shows CrashLoopBackOff
+    // during the back-off, so look again until it does.
+    let crash_looping = |t: &str| t.lines().any(|l| l.starts_with("crash ") && l.contains("CrashLoopBackOff"));
+    let mut text = text;
+    for _ in 0..60 {
+        if crash_looping(&text) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        text = kubectl(&["get", "pods", "-o", "wide"]);
+    }
+    assert!(crash_looping(&text), "{text}");
     assert_eq!(kubectl(&["logs", "ticker"]), "tick 1\ntick 2\ntick 3\n");
-    assert!(kubectl(&["logs", "mix", "-c", "app", "--tail=1"]).starts_with("labels="));
+    let last = kubectl(&["logs", "mix", "-c", "app", "--tail=1"]);
+    assert!(last.starts_with("labels="), "{last:?}");
     // exec over WebSocket through the API server to the agent and containerd.
     let o = Command::new("kubectl").arg("--kubeconfig").arg(&kubeconfig).args(["exec", "mix", "-c", "app", "--", "sh", "-c", "echo out; echo err >&2; cat /work/ready; exit 7"]).output().unwrap();
     assert_eq!(o.status.code(), Some(7), "exec's exit code: {}", String::from_utf8_lossy(&o.stderr));
