@@ -69,9 +69,11 @@ impl IncludeObject {
     }
 }
 
-/// Which printer renders a (group, resource).
+/// Which printer renders a resource's rows. The resource catalog names one per served
+/// resource; [`Printer::Generic`] (Name, Age) serves everything else, custom resources
+/// included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Printer {
+pub enum Printer {
     Pod,
     Service,
     Node,
@@ -103,85 +105,48 @@ enum Printer {
     Generic,
 }
 
-/// The (group, plural resource) pairs with a dedicated printer; anything
-/// else gets the generic Name/Age table.
-pub const SUPPORTED_RESOURCES: &[(&str, &str)] = &[
-    ("", "pods"),
-    ("", "services"),
-    ("", "nodes"),
-    ("", "namespaces"),
-    ("", "replicationcontrollers"),
-    ("", "configmaps"),
-    ("", "secrets"),
-    ("", "serviceaccounts"),
-    ("", "endpoints"),
-    ("", "events"),
-    ("", "persistentvolumes"),
-    ("", "persistentvolumeclaims"),
-    ("apps", "deployments"),
-    ("apps", "replicasets"),
-    ("apps", "statefulsets"),
-    ("apps", "daemonsets"),
-    ("batch", "jobs"),
-    ("batch", "cronjobs"),
-    ("discovery.k8s.io", "endpointslices"),
-    ("events.k8s.io", "events"),
-    ("coordination.k8s.io", "leases"),
-    ("networking.k8s.io", "ingresses"),
-    ("networking.k8s.io", "ingressclasses"),
-    ("storage.k8s.io", "storageclasses"),
-    ("policy", "poddisruptionbudgets"),
-    ("rbac.authorization.k8s.io", "roles"),
-    ("rbac.authorization.k8s.io", "clusterroles"),
-    ("rbac.authorization.k8s.io", "rolebindings"),
-    ("rbac.authorization.k8s.io", "clusterrolebindings"),
-    ("scheduling.k8s.io", "priorityclasses"),
-    ("apiextensions.k8s.io", "customresourcedefinitions"),
-];
-
-fn printer(group: &str, resource: &str) -> Printer {
-    use Printer::*;
-    match (group, resource) {
-        ("", "pods") => Pod,
-        ("", "services") => Service,
-        ("", "nodes") => Node,
-        ("", "namespaces") => Namespace,
-        ("", "replicationcontrollers") => ReplicationController,
-        ("", "configmaps") => ConfigMap,
-        ("", "secrets") => Secret,
-        ("", "serviceaccounts") => ServiceAccount,
-        ("", "endpoints") => Endpoints,
-        ("", "events") => Event,
-        ("", "persistentvolumes") => PersistentVolume,
-        ("", "persistentvolumeclaims") => PersistentVolumeClaim,
-        ("apps", "deployments") => Deployment,
-        ("apps", "replicasets") => ReplicaSet,
-        ("apps", "statefulsets") => StatefulSet,
-        ("apps", "daemonsets") => DaemonSet,
-        ("batch", "jobs") => Job,
-        ("batch", "cronjobs") => CronJob,
-        ("discovery.k8s.io", "endpointslices") => EndpointSlice,
-        ("events.k8s.io", "events") => EventV1,
-        ("coordination.k8s.io", "leases") => Lease,
-        ("networking.k8s.io", "ingresses") => Ingress,
-        ("networking.k8s.io", "ingressclasses") => IngressClass,
-        ("storage.k8s.io", "storageclasses") => StorageClass,
-        ("policy", "poddisruptionbudgets") => PodDisruptionBudget,
-        ("rbac.authorization.k8s.io", "roles" | "clusterroles") => CreatedAt,
-        ("apiextensions.k8s.io", "customresourcedefinitions") => CreatedAt,
-        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => RoleBinding,
-        ("scheduling.k8s.io", "priorityclasses") => PriorityClass,
-        _ => Generic,
-    }
+impl Printer {
+    /// Every printer, for tests that check each one.
+    pub const ALL: &'static [Printer] = &[
+        Printer::Pod,
+        Printer::Service,
+        Printer::Node,
+        Printer::Namespace,
+        Printer::Deployment,
+        Printer::ReplicaSet,
+        Printer::ReplicationController,
+        Printer::StatefulSet,
+        Printer::DaemonSet,
+        Printer::Job,
+        Printer::CronJob,
+        Printer::ConfigMap,
+        Printer::Secret,
+        Printer::ServiceAccount,
+        Printer::Endpoints,
+        Printer::EndpointSlice,
+        Printer::Event,
+        Printer::EventV1,
+        Printer::Lease,
+        Printer::Ingress,
+        Printer::IngressClass,
+        Printer::PersistentVolume,
+        Printer::PersistentVolumeClaim,
+        Printer::StorageClass,
+        Printer::PodDisruptionBudget,
+        Printer::CreatedAt,
+        Printer::RoleBinding,
+        Printer::PriorityClass,
+        Printer::Generic,
+    ];
 }
 
-/// Column definitions of `resource` (plural) in API group `group` (`""` for
-/// core). The first column is the `Name` column (format `name`), except for
+/// Column definitions of `printer`'s resource. The first column is the `Name` column
+/// (format `name`), except for
 /// events, which like the API server lead with `Last Seen` and carry `Name`
 /// last as a wide column.
-pub fn columns(group: &str, resource: &str) -> Vec<ColumnDefinition> {
+pub fn columns(printer: Printer) -> Vec<ColumnDefinition> {
     use Printer::*;
-    match printer(group, resource) {
+    match printer {
         Pod => w::pod_columns(),
         Deployment => w::deployment_columns(),
         ReplicaSet => w::replicaset_columns(),
@@ -216,10 +181,10 @@ pub fn columns(group: &str, resource: &str) -> Vec<ColumnDefinition> {
 /// The cells of one object's row, matching [`columns`] in length and order.
 /// Missing fields never panic; they render as the API server would render
 /// the zero value. `now_unix` is the current time in Unix seconds.
-pub fn row_cells(group: &str, resource: &str, obj: &Value, now_unix: i64) -> Vec<Value> {
+pub fn row_cells(printer: Printer, obj: &Value, now_unix: i64) -> Vec<Value> {
     use Printer::*;
     let now = now_unix;
-    match printer(group, resource) {
+    match printer {
         Pod => w::pod_cells(obj, now),
         Deployment => w::deployment_cells(obj, now),
         ReplicaSet => w::replicaset_cells(obj, now),
@@ -254,8 +219,8 @@ pub fn row_cells(group: &str, resource: &str, obj: &Value, now_unix: i64) -> Vec
 
 /// Row `conditions` the server attaches: finished pods get a `Completed`
 /// condition (reason `Succeeded` or `Failed`). `None` for everything else.
-pub fn row_conditions(group: &str, resource: &str, obj: &Value) -> Option<Value> {
-    match printer(group, resource) {
+pub fn row_conditions(printer: Printer, obj: &Value) -> Option<Value> {
+    match printer {
         Printer::Pod => w::pod_conditions(obj),
         _ => None,
     }
@@ -280,8 +245,7 @@ pub fn partial_object_metadata(obj: &Value) -> Value {
 /// `include_object`.
 #[allow(clippy::too_many_arguments)]
 pub fn table(
-    group: &str,
-    resource: &str,
+    printer: Printer,
     items: &[Value],
     now_unix: i64,
     include_object: IncludeObject,
@@ -303,8 +267,8 @@ pub fn table(
         .iter()
         .map(|obj| {
             let mut row = Map::new();
-            row.insert("cells".into(), Value::Array(row_cells(group, resource, obj, now_unix)));
-            if let Some(conditions) = row_conditions(group, resource, obj) {
+            row.insert("cells".into(), Value::Array(row_cells(printer, obj, now_unix)));
+            if let Some(conditions) = row_conditions(printer, obj) {
                 row.insert("conditions".into(), conditions);
             }
             match include_object {
@@ -323,7 +287,7 @@ pub fn table(
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": metadata,
-        "columnDefinitions": columns(group, resource),
+        "columnDefinitions": columns(printer),
         "rows": rows,
     })
 }

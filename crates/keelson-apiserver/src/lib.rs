@@ -13,7 +13,6 @@
 
 pub mod admission;
 pub mod allocator;
-pub mod catalog;
 pub mod encryption;
 pub mod error;
 pub mod fieldset;
@@ -35,6 +34,9 @@ pub mod resource_metrics;
 pub mod storage;
 pub mod strategy;
 pub mod watch_cache;
+
+/// The one table of served resources (routing, discovery, storage keys, strategies).
+pub use keelson_schema::catalog;
 
 use std::net::SocketAddr;
 

@@ -1,7 +1,8 @@
 //! Kubernetes type knowledge for the Keelson API server.
 //!
-//! - [`kinds`]: the catalog of served built-in resources (group, version,
-//!   kind, plural, scope, verbs, subresources), backed by k8s-openapi types.
+//! - [`catalog`]: the one table of served built-in resources (group, version,
+//!   kind, plural, scope, verbs, subresources, name rules, field selectors,
+//!   printers), backed by k8s-openapi types.
 //! - [`typecheck`]: does a JSON body deserialise as the kind's type?
 //! - [`unknown_fields`]: Kubernetes-style `unknown field "a.b[0].c"` messages
 //!   for `fieldValidation`, from the kind's OpenAPI schema.
@@ -11,7 +12,7 @@
 //! Everything is a pure function of the compiled-in types; expensive results
 //! are generated once and cached.
 
-mod catalog;
+pub mod catalog;
 mod hash;
 mod openapi;
 mod schemas;
@@ -19,10 +20,6 @@ mod typecheck;
 mod types;
 mod unknown;
 
-pub use catalog::{
-    group_version_string, group_versions, kind_info, kinds, kinds_in, resource_info, GroupVersion,
-    KindInfo, SubresourceInfo, CREATE_ONLY_VERBS, GET_UPDATE_VERBS, STANDARD_VERBS,
-};
 pub use hash::{content_hash, fnv1a64};
 pub use openapi::{
     openapi_v3_document, openapi_v3_document_hash, openapi_v3_document_json,

@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Patch};
 use schemars::generate::SchemaSettings;
 use serde_json::{json, Map, Value};
 
-use crate::catalog::{group_versions, kinds};
+use crate::catalog::{group_versions, resources};
 use crate::types::{all_types, find_type};
 
 /// Prefix of every schema reference in the generated documents.
@@ -101,7 +101,7 @@ pub(crate) fn list_schema_name(item_schema: &str, list_kind: &str) -> String {
 }
 
 fn add_list_schemas(defs: &mut Map<String, Value>) {
-    for info in kinds() {
+    for info in resources() {
         let (Some(list_kind), Some(entry)) = (
             info.list_kind,
             find_type(info.group, info.version, info.kind),

@@ -11,15 +11,15 @@ pub(super) fn ago(secs: i64) -> String {
     format_rfc3339(NOW - secs)
 }
 
-pub(super) fn cells(group: &str, resource: &str, obj: &Value) -> Vec<Value> {
-    let c = row_cells(group, resource, obj, NOW);
-    assert_eq!(c.len(), columns(group, resource).len(), "{group}/{resource} cell count");
+pub(super) fn cells(printer: Printer, obj: &Value) -> Vec<Value> {
+    let c = row_cells(printer, obj, NOW);
+    assert_eq!(c.len(), columns(printer).len(), "{printer:?} cell count");
     c
 }
 
 /// The pod's (Ready, Status, Restarts) cells.
 fn pod_summary(pod: &Value) -> (String, String, String) {
-    let c = cells("", "pods", pod);
+    let c = cells(Printer::Pod, pod);
     let text = |i: usize| c[i].as_str().unwrap().to_string();
     (text(1), text(2), text(3))
 }
@@ -45,13 +45,13 @@ fn table_pod_running_ready_full_row() {
         }
     });
     assert_eq!(
-        cells("", "pods", &pod),
+        cells(Printer::Pod, &pod),
         vec![
             json!("web-1"), json!("1/1"), json!("Running"), json!("0"), json!("5m"),
             json!("10.0.0.5"), json!("node-a"), json!("<none>"), json!("<none>")
         ]
     );
-    assert_eq!(row_conditions("", "pods", &pod), None);
+    assert_eq!(row_conditions(Printer::Pod, &pod), None);
 }
 
 #[test]
@@ -73,7 +73,7 @@ fn table_pod_crashloop_with_restart_age() {
         }
     });
     assert_eq!(pod_summary(&pod), summary("1/2", "CrashLoopBackOff", "4 (90s ago)"));
-    assert_eq!(cells("", "pods", &pod)[5], json!("10.0.0.9"));
+    assert_eq!(cells(Printer::Pod, &pod)[5], json!("10.0.0.9"));
     // Restarts without a known termination time stay a bare count.
     let mut no_time = pod.clone();
     no_time["status"]["containerStatuses"][1]["lastState"] = json!({});
@@ -91,7 +91,7 @@ fn table_pod_completed_failed_and_creating() {
         ]}
     });
     assert_eq!(pod_summary(&done), summary("0/1", "Completed", "0"));
-    let cond = row_conditions("", "pods", &done).unwrap();
+    let cond = row_conditions(Printer::Pod, &done).unwrap();
     assert_eq!(cond[0]["type"], "Completed");
     assert_eq!(cond[0]["reason"], "Succeeded");
 
@@ -102,7 +102,7 @@ fn table_pod_completed_failed_and_creating() {
         ]}
     });
     assert_eq!(pod_summary(&failed).1, "Error");
-    assert_eq!(row_conditions("", "pods", &failed).unwrap()[0]["reason"], "Failed");
+    assert_eq!(row_conditions(Printer::Pod, &failed).unwrap()[0]["reason"], "Failed");
 
     let killed = json!({
         "spec": {"containers": [{"name": "c"}]},
@@ -215,7 +215,7 @@ fn table_pod_sidecars_gates_and_completed_with_running() {
         }
     });
     assert_eq!(pod_summary(&pod), summary("2/2", "Running", "1 (3m20s ago)"));
-    assert_eq!(cells("", "pods", &pod)[8], json!("1/2"));
+    assert_eq!(cells(Printer::Pod, &pod)[8], json!("1/2"));
 
     let pod = json!({
         "spec": {"containers": [{"name": "a"}, {"name": "b"}]},
@@ -246,13 +246,13 @@ fn table_deployment_replicaset_statefulset_daemonset_rows() {
         "status": {"replicas": 3, "readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2}
     });
     assert_eq!(
-        cells("apps", "deployments", &dep),
+        cells(Printer::Deployment, &dep),
         vec![
             json!("web"), json!("2/3"), json!(3), json!(2), json!("10m"),
             json!("nginx,sidecar"), json!("nginx:1.25,envoy:1"), json!("app=web")
         ]
     );
-    assert_eq!(cells("apps", "deployments", &json!({}))[1], json!("0/1"));
+    assert_eq!(cells(Printer::Deployment, &json!({}))[1], json!("0/1"));
 
     let rs = json!({
         "metadata": {"name": "web-5d4f", "creationTimestamp": ago(7200)},
@@ -260,7 +260,7 @@ fn table_deployment_replicaset_statefulset_daemonset_rows() {
         "status": {"replicas": 2, "readyReplicas": 1}
     });
     assert_eq!(
-        cells("apps", "replicasets", &rs),
+        cells(Printer::ReplicaSet, &rs),
         vec![
             json!("web-5d4f"), json!(2), json!(2), json!(1), json!("120m"),
             json!("nginx,sidecar"), json!("nginx:1.25,envoy:1"), json!("app=web,pod-template-hash=5d4f")
@@ -273,7 +273,7 @@ fn table_deployment_replicaset_statefulset_daemonset_rows() {
         "status": {"readyReplicas": 3}
     });
     assert_eq!(
-        cells("apps", "statefulsets", &sts),
+        cells(Printer::StatefulSet, &sts),
         vec![json!("db"), json!("3/3"), json!("3d"), json!("pg"), json!("postgres:16")]
     );
 
@@ -288,7 +288,7 @@ fn table_deployment_replicaset_statefulset_daemonset_rows() {
                    "updatedNumberScheduled": 4, "numberAvailable": 3}
     });
     assert_eq!(
-        cells("apps", "daemonsets", &ds),
+        cells(Printer::DaemonSet, &ds),
         vec![
             json!("agent"), json!(4), json!(4), json!(3), json!(4), json!(3),
             json!("kubernetes.io/os=linux"), json!("50s"), json!("a"), json!("agent:2"), json!("app=agent")
@@ -316,29 +316,29 @@ fn table_job_rows() {
         json!({"succeeded": 1, "startTime": ago(600), "completionTime": ago(540)}),
     );
     assert_eq!(
-        cells("batch", "jobs", &complete),
+        cells(Printer::Job, &complete),
         vec![
             json!("pi"), json!("Complete"), json!("1/1"), json!("60s"), json!("11m"),
             json!("pi"), json!("perl:5.34"), json!("batch.kubernetes.io/controller-uid=u1")
         ]
     );
     let running = job(json!([]), json!({"completions": 3}), json!({"succeeded": 1, "startTime": ago(125)}));
-    let c = cells("batch", "jobs", &running);
+    let c = cells(Printer::Job, &running);
     assert_eq!((&c[1], &c[2], &c[3]), (&json!("Running"), &json!("1/3"), &json!("2m5s")));
     let failed = job(
         json!([{"type": "FailureTarget", "status": "True"}, {"type": "Failed", "status": "True"}]),
         json!({"parallelism": 4}),
         json!({}),
     );
-    let c = cells("batch", "jobs", &failed);
+    let c = cells(Printer::Job, &failed);
     assert_eq!((&c[1], &c[2], &c[3]), (&json!("Failed"), &json!("0/1 of 4"), &json!("")));
     let suspended = job(json!([{"type": "Suspended", "status": "True"}]), json!({"parallelism": 1}), json!({}));
-    assert_eq!(cells("batch", "jobs", &suspended)[1..3], [json!("Suspended"), json!("0/1")]);
+    assert_eq!(cells(Printer::Job, &suspended)[1..3], [json!("Suspended"), json!("0/1")]);
     let not_really = job(json!([{"type": "Complete", "status": "False"}]), json!({}), json!({}));
-    assert_eq!(cells("batch", "jobs", &not_really)[1], json!("Running"));
+    assert_eq!(cells(Printer::Job, &not_really)[1], json!("Running"));
     let mut deleting = not_really.clone();
     deleting["metadata"]["deletionTimestamp"] = json!(ago(1));
-    assert_eq!(cells("batch", "jobs", &deleting)[1], json!("Terminating"));
+    assert_eq!(cells(Printer::Job, &deleting)[1], json!("Terminating"));
 }
 
 #[test]
@@ -350,23 +350,23 @@ fn table_cronjob_and_replicationcontroller_rows() {
         "status": {"active": [{"name": "backup-1"}, {"name": "backup-2"}], "lastScheduleTime": ago(60)}
     });
     assert_eq!(
-        cells("batch", "cronjobs", &cj),
+        cells(Printer::CronJob, &cj),
         vec![
             json!("backup"), json!("*/5 * * * *"), json!("<none>"), json!("False"), json!(2),
             json!("60s"), json!("45d"), json!("b"), json!("busybox"), json!("<none>")
         ]
     );
     let fresh = json!({"spec": {"schedule": "@daily", "timeZone": "Europe/Paris", "suspend": true}});
-    let c = cells("batch", "cronjobs", &fresh);
+    let c = cells(Printer::CronJob, &fresh);
     assert_eq!(c[2..6], [json!("Europe/Paris"), json!("True"), json!(0), json!("<none>")]);
-    assert_eq!(cells("batch", "cronjobs", &json!({}))[3], json!("<unset>"));
+    assert_eq!(cells(Printer::CronJob, &json!({}))[3], json!("<unset>"));
 
     let rc = json!({
         "metadata": {"name": "legacy"},
         "spec": {"replicas": 2, "selector": {"app": "legacy"}},
         "status": {"replicas": 2, "readyReplicas": 2}
     });
-    let c = cells("", "replicationcontrollers", &rc);
+    let c = cells(Printer::ReplicationController, &rc);
     assert_eq!(c[..5], [json!("legacy"), json!(2), json!(2), json!(2), json!("<unknown>")]);
     assert_eq!(c[7], json!("app=legacy"));
 }

@@ -45,8 +45,8 @@ pub fn attributes(method: &Method, route: &Route, path: &str, query: &HashMap<St
         }
         Route::Virtual(v) => Attributes::Resource(ResourceAttributes {
             verb: if method == Method::POST { "create".into() } else { method.as_str().to_ascii_lowercase() },
-            api_group: v.group.to_string(),
-            resource: v.plural.to_string(),
+            api_group: v.def.group.to_string(),
+            resource: v.def.plural.to_string(),
             subresource: None,
             namespace: v.namespace.clone(),
             name: None,

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::catalog::{group_versions, Subresource, RESOURCES};
+use crate::catalog::{group_versions, resources_in};
 
 
 /// The Kubernetes version this server speaks. kubectl's dispatcher picks its own minor
@@ -23,15 +23,10 @@ pub fn version() -> Value {
     })
 }
 
-/// Served group versions: the catalog's, the groups of virtual resources and the
-/// resource metrics API (served here as metrics-server's aggregated API would be).
+/// Served group versions: the catalog's and the resource metrics API (served here as
+/// metrics-server's aggregated API would be).
 fn all_group_versions() -> Vec<(&'static str, &'static str)> {
-    let mut gvs = group_versions();
-    for (g, _, _, _) in crate::http::request::VIRTUAL {
-        if !gvs.contains(&(*g, "v1")) {
-            gvs.push((*g, "v1"));
-        }
-    }
+    let mut gvs: Vec<_> = group_versions().into_iter().map(|gv| (gv.group, gv.version)).collect();
     gvs.push((METRICS.0, METRICS.1));
     gvs
 }
@@ -77,8 +72,6 @@ pub fn group(name: &str) -> Option<Value> {
     Some(g)
 }
 
-const ALL_VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
-
 pub fn resource_list(group: &str, version: &str) -> Option<Value> {
     if (group, version) == METRICS {
         let resources: Vec<Value> = METRICS_RESOURCES
@@ -87,22 +80,18 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
             .collect();
         return Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{group}/{version}"), "resources": resources}));
     }
-    let defs: Vec<_> = RESOURCES.iter().filter(|r| r.group == group && r.version == version).collect();
-    let virtuals: Vec<_> = crate::http::request::VIRTUAL.iter().filter(|(g, ..)| *g == group && version == "v1").collect();
-    if defs.is_empty() && virtuals.is_empty() {
+    let defs: Vec<_> = resources_in(group, version).collect();
+    if defs.is_empty() {
         return None;
     }
     let mut resources = Vec::new();
-    for (_, plural, kind, namespaced) in virtuals {
-        resources.push(json!({"name": plural, "singularName": "", "namespaced": namespaced, "kind": kind, "verbs": ["create"]}));
-    }
     for d in defs {
         let mut r = json!({
             "name": d.plural,
-            "singularName": d.singular,
+            "singularName": d.singular(),
             "namespaced": d.namespaced,
             "kind": d.kind,
-            "verbs": ALL_VERBS,
+            "verbs": d.verbs,
         });
         if !d.short_names.is_empty() {
             r["shortNames"] = json!(d.short_names);
@@ -112,17 +101,16 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
         }
         resources.push(r);
         for s in d.subresources {
-            let (kind, group, version, verbs) = subresource_info(d, *s);
             let mut sr = json!({
                 "name": format!("{}/{}", d.plural, s.name()),
                 "singularName": "",
                 "namespaced": d.namespaced,
-                "kind": kind,
-                "verbs": verbs,
+                "kind": s.kind,
+                "verbs": s.verbs,
             });
-            if group != d.group || version != d.version {
-                sr["group"] = json!(group);
-                sr["version"] = json!(version);
+            if s.group != d.group || s.version != d.version {
+                sr["group"] = json!(s.group);
+                sr["version"] = json!(s.version);
             }
             resources.push(sr);
         }
@@ -189,19 +177,13 @@ fn aggregated_resources(group: &str, version: &str) -> Vec<Value> {
             }));
         }
     }
-    for (g, plural, kind, namespaced) in crate::http::request::VIRTUAL.iter().filter(|(g, ..)| *g == group && version == "v1") {
-        out.push(json!({
-            "resource": plural, "responseKind": {"group": g, "version": version, "kind": kind},
-            "scope": if *namespaced { "Namespaced" } else { "Cluster" }, "singularResource": "", "verbs": ["create"],
-        }));
-    }
-    for d in RESOURCES.iter().filter(|r| r.group == group && r.version == version) {
+    for d in resources_in(group, version) {
         let mut r = json!({
             "resource": d.plural,
             "responseKind": {"group": d.group, "version": d.version, "kind": d.kind},
             "scope": if d.namespaced { "Namespaced" } else { "Cluster" },
-            "singularResource": d.singular,
-            "verbs": ALL_VERBS,
+            "singularResource": d.singular(),
+            "verbs": d.verbs,
         });
         if !d.short_names.is_empty() {
             r["shortNames"] = json!(d.short_names);
@@ -212,10 +194,7 @@ fn aggregated_resources(group: &str, version: &str) -> Vec<Value> {
         let subs: Vec<Value> = d
             .subresources
             .iter()
-            .map(|s| {
-                let (kind, group, version, verbs) = subresource_info(d, *s);
-                json!({"subresource": s.name(), "responseKind": {"group": group, "version": version, "kind": kind}, "verbs": verbs})
-            })
+            .map(|s| json!({"subresource": s.name(), "responseKind": {"group": s.group, "version": s.version, "kind": s.kind}, "verbs": s.verbs}))
             .collect();
         if !subs.is_empty() {
             r["subresources"] = json!(subs);
@@ -223,22 +202,6 @@ fn aggregated_resources(group: &str, version: &str) -> Vec<Value> {
         out.push(r);
     }
     out
-}
-
-/// Kind, group, version and verbs of a subresource.
-fn subresource_info(d: &crate::catalog::ResourceDef, s: Subresource) -> (&'static str, &'static str, &'static str, &'static [&'static str]) {
-    match s {
-        Subresource::Status => (d.kind, d.group, d.version, &["get", "patch", "update"]),
-        Subresource::Scale => ("Scale", "autoscaling", "v1", &["get", "patch", "update"]),
-        Subresource::Log => ("Pod", "", "v1", &["get"]),
-        Subresource::Exec => ("PodExecOptions", "", "v1", &["create", "get"]),
-        Subresource::Attach => ("PodAttachOptions", "", "v1", &["create", "get"]),
-        Subresource::PortForward => ("PodPortForwardOptions", "", "v1", &["create", "get"]),
-        Subresource::Eviction => ("Eviction", "policy", "v1", &["create"]),
-        Subresource::Binding => ("Binding", "", "v1", &["create"]),
-        Subresource::Finalize => ("Namespace", "", "v1", &["update"]),
-        Subresource::Token => ("TokenRequest", "authentication.k8s.io", "v1", &["create"]),
-    }
 }
 
 #[cfg(test)]

@@ -178,7 +178,7 @@ pub fn include_object(q: &HashMap<String, String>) -> Result<IncludeObject, ApiE
 
 /// A Table of `items`.
 pub fn table_object(def: &ResourceDef, items: &[Value], include: IncludeObject, rv: &str, cont: Option<&str>) -> Value {
-    table::table(def.group, def.plural, items, now_unix(), include, rv, cont, None)
+    table::table(def.printer, items, now_unix(), include, rv, cont, None)
 }
 
 #[cfg(test)]

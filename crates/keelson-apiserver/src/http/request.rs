@@ -15,40 +15,12 @@ pub struct ResourceRequest {
     pub subresource: Option<Subresource>,
 }
 
-/// A create-only resource that is answered, never stored (access reviews, whoami).
+/// A request to a resource the catalog marks answered: answered from the body, never
+/// stored (access reviews, token reviews, whoami).
 #[derive(Clone, Debug)]
 pub struct VirtualRequest {
-    pub group: &'static str,
-    pub version: &'static str,
-    pub plural: &'static str,
-    pub kind: &'static str,
+    pub def: &'static ResourceDef,
     pub namespace: Option<String>,
-}
-
-/// The virtual resources: (group, plural, kind, namespaced).
-pub static VIRTUAL: &[(&str, &str, &str, bool)] = &[
-    ("authorization.k8s.io", "selfsubjectaccessreviews", "SelfSubjectAccessReview", false),
-    ("authorization.k8s.io", "selfsubjectrulesreviews", "SelfSubjectRulesReview", false),
-    ("authorization.k8s.io", "subjectaccessreviews", "SubjectAccessReview", false),
-    ("authorization.k8s.io", "localsubjectaccessreviews", "LocalSubjectAccessReview", true),
-    ("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview", false),
-    ("authentication.k8s.io", "tokenreviews", "TokenReview", false),
-];
-
-fn virtual_route(group: &str, version: &str, rest: &[&str]) -> Option<Route> {
-    if version != "v1" {
-        return None;
-    }
-    let (ns, plural) = match rest {
-        [plural] => (None, *plural),
-        ["namespaces", ns, plural] => (Some(ns.to_string()), *plural),
-        _ => return None,
-    };
-    let &(g, p, kind, namespaced) = VIRTUAL.iter().find(|(g, p, _, _)| *g == group && *p == plural)?;
-    if namespaced != ns.is_some() {
-        return None;
-    }
-    Some(Route::Virtual(VirtualRequest { group: g, version: "v1", plural: p, kind, namespace: ns }))
 }
 
 /// Which resource metrics a `metrics.k8s.io/v1beta1` request reads.
@@ -131,13 +103,10 @@ pub fn route(path: &str) -> Route {
         ["apis"] => Route::GroupList { legacy: false },
         ["api", "v1"] => Route::GroupVersion { group: String::new(), version: "v1".into() },
         ["apis", g] => Route::Group(g.to_string()),
-        ["apis", g @ ("authorization.k8s.io" | "authentication.k8s.io"), "v1"] => {
-            Route::GroupVersion { group: g.to_string(), version: "v1".into() }
-        }
         ["apis", "metrics.k8s.io", "v1beta1", rest @ ..] if !rest.is_empty() => metrics_route(rest),
         ["apis", g, v] => Route::GroupVersion { group: g.to_string(), version: v.to_string() },
         ["api", "v1", rest @ ..] => resource_route("", "v1", rest),
-        ["apis", g, v, rest @ ..] => virtual_route(g, v, rest).unwrap_or_else(|| resource_route(g, v, rest)),
+        ["apis", g, v, rest @ ..] => resource_route(g, v, rest),
         _ => Route::NotFound,
     }
 }
@@ -154,6 +123,13 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
         };
         if ns.is_some() && !def.namespaced {
             return Route::NotFound;
+        }
+        if def.answered {
+            // Only `POST [namespaces/NS/]PLURAL`, in the resource's own scope.
+            if name.is_some() || ns.is_some() != def.namespaced {
+                return Route::NotFound;
+            }
+            return Route::Virtual(VirtualRequest { def, namespace: ns.map(String::from) });
         }
         Route::Resource(ResourceRequest {
             def,
@@ -178,37 +154,10 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
     }
 }
 
-/// The query string, decoded (`+` is a space, as kubectl form-encodes selectors).
+/// The query string, decoded (`+` is a space, as kubectl form-encodes selectors; a `%`
+/// not followed by two hex digits stays as it is). A repeated key keeps its last value.
 pub fn parse_query(q: Option<&str>) -> HashMap<String, String> {
-    let mut out = HashMap::new();
-    for pair in q.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        out.insert(percent_decode(k), percent_decode(v));
-    }
-    out
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16) {
-                    Ok(v) => {
-                        out.push(v);
-                        i += 2;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    form_urlencoded::parse(q.unwrap_or("").as_bytes()).into_owned().collect()
 }
 
 /// Parses a boolean query parameter.
@@ -259,6 +208,24 @@ mod tests {
     }
 
     #[test]
+    fn answered_and_create_only_resources_route_from_the_catalog() {
+        match route("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews") {
+            Route::Virtual(v) => assert_eq!((v.def.kind, v.namespace), ("SelfSubjectAccessReview", None)),
+            other => panic!("{other:?}"),
+        }
+        match route("/apis/authorization.k8s.io/v1/namespaces/dev/localsubjectaccessreviews") {
+            Route::Virtual(v) => assert_eq!((v.def.kind, v.namespace.as_deref()), ("LocalSubjectAccessReview", Some("dev"))),
+            other => panic!("{other:?}"),
+        }
+        // Answered resources have neither names nor the other scope.
+        assert!(matches!(route("/apis/authorization.k8s.io/v1/localsubjectaccessreviews"), Route::NotFound));
+        assert!(matches!(route("/apis/authentication.k8s.io/v1/tokenreviews/x"), Route::NotFound));
+        assert!(matches!(route("/apis/authentication.k8s.io/v1/namespaces/a/tokenreviews"), Route::NotFound));
+        let r = res("/api/v1/namespaces/default/bindings");
+        assert_eq!((r.def.kind, r.def.verbs, r.namespace.as_deref()), ("Binding", &["create"][..], Some("default")));
+    }
+
+    #[test]
     fn metrics_paths() {
         let m = |p: &str| match route(p) {
             Route::ResourceMetrics(m) => m,
@@ -290,5 +257,6 @@ mod tests {
         assert_eq!(q["watch"], "");
         assert!(query_bool(&parse_query(Some("watch=maybe")), "watch").is_err());
         assert_eq!(parse_query(Some("a=%zz%4"))["a"], "%zz%4");
+        assert_eq!(parse_query(Some("fieldSelector=metadata.name%3Dweb-%41"))["fieldSelector"], "metadata.name=web-A", "an escape at the very end");
     }
 }

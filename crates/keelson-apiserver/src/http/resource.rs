@@ -85,6 +85,9 @@ pub(crate) async fn handle(state: &Arc<ApiState>, reg: &Registry, rr: ResourceRe
         return Err(ApiError::NoRoute);
     }
     let method = req.method().clone();
+    if def.list_kind.is_none() {
+        return create_only(reg, &rr, &q, req).await;
+    }
     let repr = negotiate::representation(req.headers())?;
     match (method, rr.name.clone()) {
         (Method::GET, Some(name)) => {
@@ -180,6 +183,23 @@ pub(crate) async fn handle(state: &Arc<ApiState>, reg: &Registry, rr: ResourceRe
         (Method::POST, Some(_)) | (Method::PUT | Method::PATCH, None) => Err(ApiError::MethodNotAllowed),
         _ => Err(ApiError::MethodNotAllowed),
     }
+}
+
+/// A create-only resource the router sends here, not to a review: `POST
+/// namespaces/{ns}/bindings` binds the pod its body names.
+async fn create_only(reg: &Registry, rr: &ResourceRequest, q: &HashMap<String, String>, req: Request) -> Result<Response, ApiError> {
+    let def = rr.def;
+    if req.method() != Method::POST || rr.name.is_some() || (def.group, def.kind) != ("", "Binding") {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    let (headers, body) = read_body(req).await?;
+    let binding = negotiate::decode_body(&headers, &body)?;
+    let pod = binding.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    if pod.is_empty() {
+        return Err(ApiError::invalid("Binding", "", "", vec![crate::error::Cause::required("metadata.name")]));
+    }
+    let pods = crate::catalog::lookup("", "v1", "pods").expect("pods are served");
+    super::subresource::bind_pod(reg, pods, rr.namespace.as_deref(), pod, &binding, dry_run(q)?).await
 }
 
 /// DeleteOptions from the body (JSON) and query parameters.

@@ -46,7 +46,7 @@ fn user_json(u: &UserInfo) -> Value {
 /// Handles a POST to a virtual resource on behalf of `caller`.
 pub(crate) async fn handle(state: &Arc<ApiState>, v: &VirtualRequest, caller: &UserInfo, body: Value) -> Result<Value, ApiError> {
     let spec = body.get("spec").cloned().unwrap_or(json!({}));
-    let status = match v.plural {
+    let status = match v.def.plural {
         "selfsubjectaccessreviews" => {
             let attrs = attributes_from_spec(&spec, None)?;
             review_status(&state.authz.authorize(caller, &attrs).await?)
@@ -91,8 +91,8 @@ pub(crate) async fn handle(state: &Arc<ApiState>, v: &VirtualRequest, caller: &U
         _ => return Err(ApiError::NoRoute),
     };
     let mut out = body;
-    out["apiVersion"] = json!(format!("{}/{}", v.group, v.version));
-    out["kind"] = json!(v.kind);
+    out["apiVersion"] = json!(v.def.api_version());
+    out["kind"] = json!(v.def.kind);
     if !out.get("metadata").is_some_and(Value::is_object) {
         out["metadata"] = json!({});
     }

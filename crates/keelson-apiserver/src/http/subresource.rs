@@ -107,23 +107,7 @@ pub(crate) async fn handle(
         (Subresource::Binding, Method::POST) => {
             let (headers, body) = read_body(req).await?;
             let binding = negotiate::decode_body(&headers, &body)?;
-            let node = binding.pointer("/target/name").and_then(Value::as_str).unwrap_or("").to_string();
-            if node.is_empty() {
-                return Err(ApiError::invalid("Binding", "", &name, vec![crate::error::Cause::required("target.name")]));
-            }
-            reg.update_with(def, ns.as_deref(), &name, UpdateScope::Whole, dry_run(&q)?, |cur| {
-                let Some(cur) = cur else { return Ok(None) };
-                if let Some(existing) = cur.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
-                    return Err(ApiError::Conflict { resource: "pods".into(), name: name.clone(), message: format!("Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{existing}\"") });
-                }
-                let mut next = cur.clone();
-                next["spec"]["nodeName"] = json!(node);
-                next["metadata"].as_object_mut().map(|m| m.remove("resourceVersion"));
-                set_pod_scheduled(&mut next);
-                Ok(Some(next))
-            })
-            .await?;
-            Ok(json_response(StatusCode::CREATED, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})))
+            bind_pod(reg, def, ns.as_deref(), &name, &binding, dry_run(&q)?).await
         }
         (Subresource::Eviction, Method::POST) => {
             let (headers, body) = read_body(req).await?;
@@ -165,6 +149,30 @@ pub(crate) async fn handle(
         }
         _ => Err(ApiError::MethodNotAllowed),
     }
+}
+
+
+/// Binds pod `name` to the node a `Binding` targets: `pods/{name}/binding`, or
+/// `namespaces/{ns}/bindings` naming the pod in its metadata.
+pub(crate) async fn bind_pod(reg: &Registry, def: &'static ResourceDef, ns: Option<&str>, name: &str, binding: &Value, dry_run: bool) -> Result<Response, ApiError> {
+    let name = name.to_string();
+    let node = binding.pointer("/target/name").and_then(Value::as_str).unwrap_or("").to_string();
+    if node.is_empty() {
+        return Err(ApiError::invalid("Binding", "", &name, vec![crate::error::Cause::required("target.name")]));
+    }
+    reg.update_with(def, ns, &name, UpdateScope::Whole, dry_run, |cur| {
+        let Some(cur) = cur else { return Ok(None) };
+        if let Some(existing) = cur.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            return Err(ApiError::Conflict { resource: "pods".into(), name: name.clone(), message: format!("Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{existing}\"") });
+        }
+        let mut next = cur.clone();
+        next["spec"]["nodeName"] = json!(node);
+        next["metadata"].as_object_mut().map(|m| m.remove("resourceVersion"));
+        set_pod_scheduled(&mut next);
+        Ok(Some(next))
+    })
+    .await?;
+    Ok(json_response(StatusCode::CREATED, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})))
 }
 
 /// A bound pod's `PodScheduled` condition becomes True, as Kubernetes' binding sets it.

@@ -188,7 +188,7 @@ mod tests {
 
     #[test]
     fn every_resource_kind_schema_is_found_by_its_group_version_kind() {
-        for info in crate::kinds() {
+        for info in crate::catalog::resources() {
             let gv = GroupVersion {
                 group: info.group,
                 version: info.version,

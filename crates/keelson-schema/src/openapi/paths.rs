@@ -17,7 +17,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::catalog::{kinds_in, GroupVersion, KindInfo, SubresourceInfo};
+use crate::catalog::{resources_in, GroupVersion, ResourceDef, Subresource, SubresourceDef};
 use crate::schemas::{list_schema_name, schema_ref};
 use crate::types::find_type;
 
@@ -255,13 +255,13 @@ fn insert_path(
 pub(crate) fn group_version_paths(gv: GroupVersion) -> Map<String, Value> {
     let naming = Naming::new(gv);
     let mut paths = Map::new();
-    for info in kinds_in(gv.group, gv.version) {
+    for info in resources_in(gv.group, gv.version) {
         resource_paths(&naming, info, &mut paths);
     }
     paths
 }
 
-fn resource_paths(naming: &Naming, info: &KindInfo, paths: &mut Map<String, Value>) {
+fn resource_paths(naming: &Naming, info: &ResourceDef, paths: &mut Map<String, Value>) {
     let Some(schema) = kind_schema(info.group, info.version, info.kind) else {
         return;
     };
@@ -390,7 +390,7 @@ fn resource_paths(naming: &Naming, info: &KindInfo, paths: &mut Map<String, Valu
         insert_path(paths, path, vec![pretty()], vec![("get", o.into_value())]);
     }
 
-    for sub in info.subresources {
+    for sub in info.subresources.iter().filter(|s| described(s.which)) {
         subresource_path(naming, info, sub, &item_path, &item_params, paths);
     }
 }
@@ -407,10 +407,16 @@ fn patch_op(mut o: Op<'_>, schema: &str) -> Value {
     o.into_value()
 }
 
+/// Subresources whose bodies are the objects their kind names. The streaming ones (log,
+/// exec, attach, portforward), `finalize` and `token` are not described here.
+fn described(sub: Subresource) -> bool {
+    matches!(sub, Subresource::Status | Subresource::Scale | Subresource::Eviction | Subresource::Binding)
+}
+
 fn subresource_path(
     naming: &Naming,
-    parent: &KindInfo,
-    sub: &SubresourceInfo,
+    parent: &ResourceDef,
+    sub: &SubresourceDef,
     item_path: &str,
     item_params: &[Value],
     paths: &mut Map<String, Value>,
@@ -420,8 +426,8 @@ fn subresource_path(
     };
     let scope = if parent.namespaced { "Namespaced" } else { "" };
     let infix = &naming.op_infix;
-    let suffix = upper_first(sub.name);
-    let what = format!("{} of the specified {}", sub.name, parent.kind);
+    let suffix = upper_first(sub.name());
+    let what = format!("{} of the specified {}", sub.name(), parent.kind);
     let op = |action, verb: &str, description: String| Op {
         naming,
         gvk: gvk_of(sub.group, sub.version, sub.kind),
@@ -462,7 +468,7 @@ fn subresource_path(
             ),
         ));
     }
-    let path = format!("{item_path}/{}", sub.name);
+    let path = format!("{item_path}/{}", sub.name());
     insert_path(paths, path, item_params.to_vec(), ops);
 }
 
