@@ -44,13 +44,48 @@ pub struct ApiBenchArgs {
     /// Seconds of writes during the fan-out phase.
     #[arg(long, default_value_t = 10)]
     pub watch_secs: u64,
+    #[command(flatten)]
+    pub target: BenchTarget,
+}
+
+/// The cluster a bench drives and how it reports; shared by the API-driving benches.
+#[derive(Args, Clone, Debug)]
+pub struct BenchTarget {
     /// Drive the cluster of this kubeconfig (every context is used as one endpoint)
     /// instead of starting a 3-server Keelson cluster.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// Print one JSON object on stdout instead of the table.
+    /// Print one JSON object on stdout instead of the summary.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Runs `bench` with one client per server of the target's cluster (a 3-server cluster
+/// started and stopped here when no kubeconfig is named), then prints its report: JSON
+/// with `--json`, else `summary`. The report is returned for the bench's own verdict.
+pub(crate) async fn run_on_cluster<R, Fut>(
+    target: &BenchTarget,
+    bench: impl FnOnce(Vec<kube::Client>) -> Fut,
+    summary: impl FnOnce(&R),
+) -> anyhow::Result<R>
+where
+    R: serde::Serialize,
+    Fut: std::future::Future<Output = anyhow::Result<R>>,
+{
+    let tmp = tempfile::tempdir()?;
+    let (kubeconfig, cluster) = bench_cluster(target.kubeconfig.as_ref(), tmp.path()).await?;
+    let clients = clients_from(&kubeconfig).await?;
+    let report = bench(clients).await;
+    if let Some(c) = cluster {
+        c.stop(Duration::from_secs(10)).await?;
+    }
+    let report = report?;
+    if target.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        summary(&report);
+    }
+    Ok(report)
 }
 
 const NS: &str = "default";
@@ -137,20 +172,12 @@ pub(crate) async fn bench_cluster(kubeconfig: Option<&PathBuf>, tmp: &std::path:
 }
 
 pub async fn run_api_bench(args: ApiBenchArgs) -> anyhow::Result<()> {
-    let tmp = tempfile::tempdir()?;
-    let (kubeconfig, cluster) = bench_cluster(args.kubeconfig.as_ref(), tmp.path()).await?;
-    let clients = clients_from(&kubeconfig).await?;
-    let apis: Vec<Api<ConfigMap>> = clients.iter().map(|c| Api::namespaced(c.clone(), NS)).collect();
-    let report = bench(&args, &apis).await;
-    if let Some(c) = cluster {
-        c.stop(Duration::from_secs(10)).await?;
-    }
-    let report = report?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print_report(&report);
-    }
+    let args_ref = &args;
+    let run = |clients: Vec<kube::Client>| async move {
+        let apis: Vec<Api<ConfigMap>> = clients.iter().map(|c| Api::namespaced(c.clone(), NS)).collect();
+        bench(args_ref, &apis).await
+    };
+    run_on_cluster(&args.target, run, print_report).await?;
     Ok(())
 }
 

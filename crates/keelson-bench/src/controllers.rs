@@ -5,7 +5,6 @@
 //! and pods/s over the whole — bounded by the scheduler and the store when the
 //! controllers keep up.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -25,12 +24,8 @@ pub struct ControllersBenchArgs {
     /// Longest the bench waits, in seconds.
     #[arg(long, default_value_t = 900)]
     pub timeout_secs: u64,
-    /// Drive the cluster of this kubeconfig instead of starting a 3-server cluster.
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-    /// Print one JSON object on stdout instead of the summary.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub target: crate::api::BenchTarget,
 }
 
 /// What `--json` prints.
@@ -49,26 +44,19 @@ pub struct ControllersReport {
 const NS: &str = "default";
 
 pub async fn run_controllers_bench(args: ControllersBenchArgs) -> anyhow::Result<()> {
-    let tmp = tempfile::tempdir()?;
-    let (kubeconfig, cluster) = crate::api::bench_cluster(args.kubeconfig.as_ref(), tmp.path()).await?;
-    let clients = crate::api::clients_from(&kubeconfig).await?;
-    let report = bench(&args, &clients[0]).await;
-    if let Some(c) = cluster {
-        c.stop(Duration::from_secs(10)).await?;
-    }
-    let r = report?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
-    } else {
-        println!(
-            "Deployment 0 → {} replicas on {} hollow nodes: all pods made in {:.1} s, all available in {:.1} s ({:.0} pods/s); {} available",
-            r.replicas, r.nodes, r.all_created_seconds, r.all_available_seconds, r.pods_per_s, r.available
-        );
-    }
+    let args_ref = &args;
+    let r = crate::api::run_on_cluster(&args.target, |clients| async move { bench(args_ref, &clients[0]).await }, print_summary).await?;
     if r.available < r.replicas {
         bail!("only {} of {} replicas became available within {} s", r.available, r.replicas, args.timeout_secs);
     }
     Ok(())
+}
+
+fn print_summary(r: &ControllersReport) {
+    println!(
+        "Deployment 0 → {} replicas on {} hollow nodes: all pods made in {:.1} s, all available in {:.1} s ({:.0} pods/s); {} available",
+        r.replicas, r.nodes, r.all_created_seconds, r.all_available_seconds, r.pods_per_s, r.available
+    );
 }
 
 async fn bench(args: &ControllersBenchArgs, client: &kube::Client) -> anyhow::Result<ControllersReport> {

@@ -6,7 +6,6 @@
 //! constraint and a preferred anti-affinity, so the scheduler's heavier plugins work.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -36,12 +35,8 @@ pub struct SchedulerBenchArgs {
     /// Longest the bench waits for every pod to be bound, in seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout_secs: u64,
-    /// Drive the cluster of this kubeconfig instead of starting a 3-server cluster.
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-    /// Print one JSON object on stdout instead of the summary.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub target: crate::api::BenchTarget,
 }
 
 /// What `--json` prints.
@@ -84,32 +79,25 @@ pub fn percentile(v: &[f64], p: f64) -> f64 {
 }
 
 pub async fn run_scheduler_bench(args: SchedulerBenchArgs) -> anyhow::Result<()> {
-    let tmp = tempfile::tempdir()?;
-    let (kubeconfig, cluster) = crate::api::bench_cluster(args.kubeconfig.as_ref(), tmp.path()).await?;
-    let clients = crate::api::clients_from(&kubeconfig).await?;
-    let report = bench(&args, &clients).await;
-    if let Some(c) = cluster {
-        c.stop(Duration::from_secs(10)).await?;
-    }
-    let r = report?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
-    } else {
-        println!(
-            "{} pods on {} hollow nodes{}: {} bound in {:.1} s: {:.0} pods/s (creates {:.0}/s); create→bind p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
-            r.pods,
-            r.nodes,
-            if r.constraints { " (spread + anti-affinity)" } else { "" },
-            r.bound,
-            r.seconds,
-            r.pods_per_s,
-            r.creates_per_s,
-            r.create_to_bind_p50_ms,
-            r.create_to_bind_p99_ms,
-            r.create_to_bind_max_ms
-        );
-    }
+    let args_ref = &args;
+    crate::api::run_on_cluster(&args.target, |clients| async move { bench(args_ref, &clients).await }, print_summary).await?;
     Ok(())
+}
+
+fn print_summary(r: &SchedulerReport) {
+    println!(
+        "{} pods on {} hollow nodes{}: {} bound in {:.1} s: {:.0} pods/s (creates {:.0}/s); create→bind p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        r.pods,
+        r.nodes,
+        if r.constraints { " (spread + anti-affinity)" } else { "" },
+        r.bound,
+        r.seconds,
+        r.pods_per_s,
+        r.creates_per_s,
+        r.create_to_bind_p50_ms,
+        r.create_to_bind_p99_ms,
+        r.create_to_bind_max_ms
+    );
 }
 
 /// Registers hollow nodes (carrying label `label`) and serves them until `shutdown`;
