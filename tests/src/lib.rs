@@ -24,6 +24,22 @@ pub async fn read_value(client: &StoreClient, key: &str) -> Option<Vec<u8>> {
     reply.response.kvs.first().map(|kv| kv.value.clone())
 }
 
+/// Longest [`TestCluster`] waits for one replica to start or to shut down.
+pub const REPLICA_START_STOP_LIMIT: Duration = Duration::from_secs(60);
+
+/// Longest one store call from the test support may take (status, reads, writes).
+pub const CALL_LIMIT: Duration = Duration::from_secs(30);
+
+/// Runs `f`, failing with a message naming `what` if it takes longer than `limit`: a
+/// hang becomes a failure that says what it waited for (never a timed assertion: limits
+/// are far above what the operation needs).
+pub async fn within<F: std::future::Future>(what: impl std::fmt::Display, limit: Duration, f: F) -> anyhow::Result<F::Output> {
+    match tokio::time::timeout(limit, f).await {
+        Ok(out) => Ok(out),
+        Err(_) => bail!("{what}: still waiting after {limit:?}"),
+    }
+}
+
 /// Installs a test tracing subscriber once (RUST_LOG controls it).
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
@@ -150,7 +166,9 @@ impl TestCluster {
         if let Some(pki) = &self.pki {
             config.tls = Some(pki.replica(&name, self.opts.peer_cert_validity)?);
         }
-        let running = keelson_replica::start(config.clone()).await.with_context(|| format!("starting {name}"))?;
+        let running = within(format!("starting {name}"), REPLICA_START_STOP_LIMIT, keelson_replica::start(config.clone()))
+            .await?
+            .with_context(|| format!("starting {name}"))?;
         self.slots.push(Slot { config, running: Some(running) });
         self.spawn_rotation(i);
         Ok(i)
@@ -241,10 +259,13 @@ impl TestCluster {
         self.pki.as_ref().map(|p| &p.ca)
     }
 
-    /// Shuts replica `i` down (its data directory stays).
+    /// Shuts replica `i` down (its data directory stays). Panics if that takes longer
+    /// than [`REPLICA_START_STOP_LIMIT`].
     pub async fn kill(&mut self, i: usize) {
         if let Some(r) = self.slots[i].running.take() {
-            r.shutdown().await;
+            if let Err(e) = within(format!("shutting replica {i} down"), REPLICA_START_STOP_LIMIT, r.shutdown()).await {
+                panic!("{e:#}");
+            }
         }
     }
 
@@ -255,7 +276,7 @@ impl TestCluster {
         // The previous incarnation releases RocksDB's lock as its last handles drop.
         let mut last = None;
         for _ in 0..100 {
-            match keelson_replica::start(cfg.clone()).await {
+            match within(format!("restarting replica {i}"), REPLICA_START_STOP_LIMIT, keelson_replica::start(cfg.clone())).await? {
                 Ok(r) => {
                     self.slots[i].running = Some(r);
                     self.spawn_rotation(i);
@@ -270,8 +291,9 @@ impl TestCluster {
         bail!("restarting replica {i}: {:?}", last)
     }
 
+    /// Replica `i`'s status, asked over gRPC (failing after [`CALL_LIMIT`]).
     pub async fn status(&self, i: usize) -> anyhow::Result<MemberStatus> {
-        Ok(self.client(i).status().await?)
+        Ok(within(format!("status of replica {i}"), CALL_LIMIT, self.client(i).status()).await??)
     }
 
     /// Waits until some running replica leads and all running replicas agree on it.
@@ -303,7 +325,10 @@ impl TestCluster {
         }
     }
 
-    /// Waits until the membership has `n` voters and a leader.
+    /// Waits until the membership has `n` voters and a leader. A member being added
+    /// counts once its promotion has left the joint phase (see
+    /// [`keelson_replica::Replica::members`]), so any minority of the voters may be
+    /// stopped as soon as this returns.
     pub async fn wait_voters(&self, n: usize) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {

@@ -136,7 +136,8 @@ async fn a_replica_restart_breaks_the_stream_and_a_call_reported_unsent_was_neve
     for key in &unsent {
         assert_eq!(read_value(&reader, key).await, None, "{key} was reported as never sent but was applied");
     }
-    for key in acked.lock().unwrap().iter() {
+    let acked_keys = acked.lock().unwrap().clone();
+    for key in acked_keys.iter() {
         assert_eq!(read_value(&reader, key).await.as_deref(), Some(&b"v"[..]), "acknowledged {key} is missing");
     }
     eprintln!(

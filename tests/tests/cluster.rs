@@ -241,3 +241,47 @@ async fn metrics_report_raft_storage_and_requests() {
     assert!(m.contains("keelson_rocksdb_memtable_bytes{cf=\"state\"}"), "{m}");
     cluster.shutdown().await;
 }
+
+/// A member being promoted is listed as a voter only once the membership change has left
+/// its joint phase. While the joint config of adding D to {A, B, C} is not committed it
+/// still needs a majority of {A, B, C}; a caller that read "4 voters" as "the promotion is
+/// done" could stop two of them and leave nothing able to commit. (Cluster start-up
+/// waited for voters that way and then stopped a follower: every later write waited
+/// forever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_member_in_the_joint_phase_of_its_promotion_is_not_yet_listed_as_a_voter() {
+    let mut cluster = TestCluster::start(3, ClusterOptions::default()).await.expect("cluster");
+    let leader = cluster.leader().await.expect("leader");
+    let replica = cluster.running(leader).expect("running").replica.clone();
+    let raft = replica.raft().clone();
+    // A learner that never runs: nothing it would answer is needed below.
+    let learner = 0x5ea7_u64;
+    let node = keelson_raft::MemberNode { name: "keelson-never".into(), raft_addr: "127.0.0.1:9".into() };
+    raft.add_learner(learner, node, false).await.expect("add learner");
+    assert_eq!(voters(&replica), 3);
+
+    // With both followers stopped, the joint config [{A, B, C}, {A, B, C, D}] is appended
+    // on the leader but can never commit.
+    for i in (0..3).filter(|&i| i != leader) {
+        cluster.kill(i).await;
+    }
+    let before = replica.status().last_log_index;
+    let mut all: std::collections::BTreeSet<u64> = replica.members().members.iter().map(|m| m.id).collect();
+    all.insert(learner);
+    let promote = tokio::spawn(async move { raft.change_membership(all, false).await });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while replica.status().last_log_index == before {
+        assert!(tokio::time::Instant::now() < deadline, "the leader never appended the joint config");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let members = replica.members();
+    assert_eq!(members.members.len(), 4, "{members:?}");
+    assert!(members.members.iter().any(|m| m.id == learner && !m.voter), "D is listed as a voter while joint: {members:?}");
+    assert_eq!(voters(&replica), 3, "{members:?}");
+    promote.abort();
+    cluster.shutdown().await;
+}
+
+fn voters(r: &keelson_replica::Replica) -> usize {
+    r.members().members.iter().filter(|m| m.voter).count()
+}

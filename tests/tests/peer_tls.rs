@@ -12,7 +12,7 @@ use keelson_pki::ClusterCa;
 use keelson_proto::v1::cluster_client::ClusterClient;
 use keelson_proto::v1::Envelope;
 use keelson_replica::{Bootstrap, ReplicaConfig};
-use keelson_tests::{ClusterOptions, TestCluster};
+use keelson_tests::{within, ClusterOptions, TestCluster, CALL_LIMIT};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 fn tls_opts() -> ClusterOptions {
@@ -21,9 +21,10 @@ fn tls_opts() -> ClusterOptions {
 
 /// The value of `key` and the store revision, read linearizably through `c`.
 async fn read(c: &StoreClient, key: &str) -> (Option<String>, i64) {
-    let r = c
-        .range(RangeRequest { range: KeyRange::single(key), ..Default::default() }, ReadConsistency::Linearizable)
+    let range = c.range(RangeRequest { range: KeyRange::single(key), ..Default::default() }, ReadConsistency::Linearizable);
+    let r = within(format!("linearizable read of {key} on {}", c.endpoint()), CALL_LIMIT, range)
         .await
+        .expect("the read finishes")
         .expect("linearizable read");
     let v = r.response.kvs.first().map(|kv| String::from_utf8(kv.value.clone()).expect("utf8"));
     (v, r.header.revision)
@@ -184,7 +185,12 @@ async fn a_lagging_replica_catches_up_through_a_snapshot_streamed_over_tls() {
     cluster.kill(lagging).await;
     let c = cluster.client(leader);
     for i in 0..200 {
-        c.put(format!("/snap/{i:04}").as_bytes(), b"x").await.expect("put");
+        let key = format!("/snap/{i:04}");
+        let put = c.put(key.as_bytes(), b"x");
+        within(format!("put {i} through the leader, replica {leader}"), CALL_LIMIT, put)
+            .await
+            .expect("the put finishes")
+            .expect("put");
     }
     // Purging follows the snapshot asynchronously.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);

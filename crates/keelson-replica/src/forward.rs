@@ -43,6 +43,9 @@ const MAX_BATCH: usize = 256;
 
 type Waiter = (String, TxnRequest, oneshot::Sender<Result<TxnReply, Forward>>);
 
+/// Transactions for one leader, each with where its reply goes.
+type Group = Vec<(TxnRequest, oneshot::Sender<Result<TxnReply, Forward>>)>;
+
 /// The writers' side of the forwarding batcher.
 pub(crate) struct ForwardBatcher {
     tx: mpsc::UnboundedSender<Waiter>,
@@ -70,7 +73,7 @@ pub(crate) async fn run(replica: Replica, mut rx: mpsc::UnboundedReceiver<Waiter
             _ = shutdown.cancelled() => return,
             w = rx.recv() => match w { Some(w) => w, None => return },
         };
-        let mut groups: HashMap<String, Vec<(TxnRequest, oneshot::Sender<Result<TxnReply, Forward>>)>> = HashMap::new();
+        let mut groups: HashMap<String, Group> = HashMap::new();
         let mut n = 1;
         groups.entry(first.0).or_default().push((first.1, first.2));
         while n < MAX_BATCH {
@@ -84,7 +87,7 @@ pub(crate) async fn run(replica: Replica, mut rx: mpsc::UnboundedReceiver<Waiter
     }
 }
 
-async fn send_batch(replica: Replica, addr: String, items: Vec<(TxnRequest, oneshot::Sender<Result<TxnReply, Forward>>)>) {
+async fn send_batch(replica: Replica, addr: String, items: Group) {
     replica.stats().forwarded.add(items.len() as u64);
     let (txns, waiters): (Vec<TxnRequest>, Vec<_>) = items.into_iter().unzip();
     let replies = call(&replica, &addr, &txns).await;

@@ -25,7 +25,8 @@ pub fn render(replica: &Replica) -> String {
     gauge("keelson_store_revision", "Current store revision.", st.revision as f64);
     gauge("keelson_store_compacted_revision", "Revision history is compacted up to.", st.compacted_revision as f64);
     let sizes = replica.state().store.backend().engine_sizes();
-    let families: [(&str, &str, fn(&(&str, u64, u64, u64)) -> u64); 3] = [
+    type Size = fn(&(&str, u64, u64, u64)) -> u64;
+    let families: [(&str, &str, Size); 3] = [
         ("keelson_rocksdb_live_sst_bytes", "Live SST file bytes per column family.", |s| s.1),
         ("keelson_rocksdb_memtable_bytes", "Memtable bytes per column family.", |s| s.2),
         ("keelson_rocksdb_estimated_keys", "Estimated keys per column family.", |s| s.3),

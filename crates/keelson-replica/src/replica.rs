@@ -191,7 +191,7 @@ impl Replica {
                     // waiting out the deadline on a paused or cut-off old leader.
                     let mut store = GrpcStore::new(ch);
                     tokio::select! {
-                        r = tokio::time::timeout_at(deadline.into(), store.read_index(env)) => match r {
+                        r = tokio::time::timeout_at(deadline, store.read_index(env)) => match r {
                             Ok(Ok(resp)) => wire_decode::<Result<ReadIndexReply, StoreError>>(resp.get_ref())?.map(|r| r.index),
                             Ok(Err(s)) => Err(StoreError::Unavailable(format!("leader {addr}: {}", s.message()))),
                             Err(_) => Err(StoreError::Unavailable(format!("leader {addr} did not answer a read index request in time"))),
@@ -363,11 +363,22 @@ impl Replica {
 
     // ---- membership ----
 
+    /// The members of the effective (latest appended) membership config, with the leader
+    /// this replica knows.
+    ///
+    /// While a membership change is in its joint phase (old and new voter sets both
+    /// needed for a quorum), the voters listed are those of the config the change started
+    /// from: a member being promoted is listed as a voter only once the change has left
+    /// the joint phase, and one being removed until then. So the count of voters changes
+    /// only when the new config alone decides quorums. Callers wait for "`n` voters" before
+    /// stopping members; during the joint phase of adding C to {A, B}, stopping B leaves
+    /// {A, B} without a majority, and nothing (not even the rest of the change) can commit
+    /// until B is back.
     pub fn members(&self) -> MemberListReply {
         let m = self.inner.raft.metrics();
         let m = m.borrow_watched();
         let membership = m.membership_config.membership();
-        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let voters: BTreeSet<NodeId> = membership.get_joint_config().first().cloned().unwrap_or_default();
         let members = membership
             .nodes()
             .map(|(id, n)| MemberInfo { id: *id, name: n.name.clone(), addr: n.raft_addr.clone(), voter: voters.contains(id) })
@@ -406,11 +417,18 @@ impl Replica {
                 .forward_cluster(&addr, async |mut c, env| c.member_remove(env).await, &MemberRemoveCall { id })
                 .await;
         }
-        let members = self.members();
-        let Some(target) = members.members.iter().find(|m| m.id == id) else {
-            return Err(StoreError::Membership(format!("no member with id {id:x}")));
+        // A voter of any config, also one only being promoted, is removed as a voter.
+        let (known, voter) = {
+            let m = self.inner.raft.metrics();
+            let m = m.borrow_watched();
+            let membership = m.membership_config.membership();
+            let voter = membership.voter_ids().any(|v| v == id);
+            (membership.get_node(&id).is_some(), voter)
         };
-        let change = if target.voter {
+        if !known {
+            return Err(StoreError::Membership(format!("no member with id {id:x}")));
+        }
+        let change = if voter {
             ChangeMembers::RemoveVoters(BTreeSet::from([id]))
         } else {
             ChangeMembers::RemoveNodes(BTreeSet::from([id]))
