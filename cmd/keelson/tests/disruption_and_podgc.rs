@@ -87,6 +87,35 @@ async fn disruption_budgets_are_kept_and_bound_evictions() {
     let spent = budgets.get("bare").await.unwrap().status.unwrap_or_default();
     assert_eq!(spent.disruptions_allowed, 0, "{spent:?}");
 
+    // Concurrent evictions through every server: a budget with one disruption allowed
+    // lets exactly one of them through (the disruption is taken by a conditional write of
+    // the budget's status), the others get 429.
+    budgets.create(&pp, &serde_json::from_value(json!({"metadata": {"name": "race"}, "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": "race"}}}})).unwrap()).await.unwrap();
+    let racers = ["race-1", "race-2", "race-3", "race-4"];
+    for n in racers {
+        pods.create(&pp, &serde_json::from_value(json!({"metadata": {"name": n, "labels": {"app": "race"}}, "spec": {"containers": [{"name": "c", "image": "example.com/race:1"}]}})).unwrap()).await.unwrap();
+    }
+    eventually("the racing pods run and their budget allows one disruption", Duration::from_secs(60), || async {
+        let s = budgets.get("race").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+        (s.current_healthy == 4 && s.expected_pods == 4 && s.disruptions_allowed == 1).then_some(()).ok_or(format!("{s:?}"))
+    })
+    .await;
+    let mut evictors = Vec::new();
+    for server in ["keelson-1", "keelson-2", "keelson-3"] {
+        evictors.push(Api::<Pod>::namespaced(client_without_retries(&cluster, server).await, "default"));
+    }
+    let attempts = racers.iter().enumerate().map(|(i, n)| {
+        let api = evictors[i % evictors.len()].clone();
+        async move { (n.to_string(), api.evict(n, &EvictParams::default()).await) }
+    });
+    let outcomes = futures::future::join_all(attempts).await;
+    let allowed: Vec<&String> = outcomes.iter().filter(|(_, r)| r.is_ok()).map(|(n, _)| n).collect();
+    let refused = outcomes.iter().filter(|(_, r)| matches!(r, Err(kube::Error::Api(s)) if s.code == 429)).count();
+    assert_eq!((allowed.len(), refused), (1, 3), "one eviction of four races through: {outcomes:?}");
+    for n in racers.iter().filter(|n| allowed[0] != *n) {
+        assert!(pods.get_opt(n).await.unwrap().is_some_and(|p| p.metadata.deletion_timestamp.is_none()), "refused {n} stays");
+    }
+
     // A finished pod needs no disruption.
     pods.create(&pp, &serde_json::from_value(json!({"metadata": {"name": "bare-done", "labels": {"app": "bare"}, "annotations": {"keelson.io/hollow-exit-code": "0"}},
         "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "example.com/bare:1"}]}})).unwrap()).await.unwrap();

@@ -181,8 +181,11 @@ impl Registry {
         Err(ApiError::Conflict { resource: def.qualified(), name, message: "too many concurrent changes; try again".into() })
     }
 
-    /// Reads, changes and writes an object, retrying when another writer got in between
-    /// unless `change` pins a resourceVersion (then a conflict is the caller's to handle).
+    /// Reads, changes and writes an object, retrying when another writer got in between.
+    /// A resourceVersion in what `change` returns pins the write to that version: after a
+    /// lost race `change` runs again on the new object, so one that derives the object
+    /// from it (and its version) simply retries, while one that returns a client's object
+    /// of an older version gets 409 Conflict.
     ///
     /// `change` gets the current object (or `None` when absent) and returns the desired
     /// object, or `Ok(None)` to create nothing when absent.
@@ -239,7 +242,6 @@ impl Registry {
                     self.check_lease_fence().await?;
                     continue;
                 }
-                _ if pinned.is_some() => return Err(ApiError::conflict(&def.qualified(), name)),
                 _ => continue,
             }
         }

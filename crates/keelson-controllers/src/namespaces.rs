@@ -28,6 +28,9 @@ pub struct NamespaceCtx {
     pub root_ca_queue: WorkQueue,
     /// The cluster CA certificate (PEM) that `kube-root-ca.crt` publishes.
     pub root_ca_pem: String,
+    /// The namespaced resources the namespace controller sweeps, from the term's last
+    /// discovery (see [`crate::namespace::SweptResources`]).
+    pub swept: crate::namespace::SweptResources,
 }
 
 impl crate::informers::TermContext for NamespaceCtx {
@@ -67,7 +70,7 @@ pub async fn run(term: Leadership, root_ca_pem: String) {
             cq.add(cm.metadata.namespace.as_deref().unwrap_or(""))
         })
     };
-    let ctx = Arc::new(NamespaceCtx { term: term.clone(), namespaces, default_accounts, root_ca_maps, namespace_queue, account_queue, root_ca_queue, root_ca_pem });
+    let ctx = Arc::new(NamespaceCtx { term: term.clone(), namespaces, default_accounts, root_ca_maps, namespace_queue, account_queue, root_ca_queue, root_ca_pem, swept: Default::default() });
     let ready = async {
         let _ = ctx.namespaces.wait_until_ready().await;
         let _ = ctx.default_accounts.wait_until_ready().await;

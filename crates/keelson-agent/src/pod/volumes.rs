@@ -368,7 +368,7 @@ impl TokenCache {
     pub async fn token(&self, client: &kube::Client, pod: &Pod, ns: &str, seconds: i64, audience: Option<&str>) -> Result<String, VolumeError> {
         let sa = pod.spec.as_ref().and_then(|s| s.service_account_name.clone()).unwrap_or_else(|| "default".into());
         let key = (pod.metadata.uid.clone().unwrap_or_default(), sa.clone(), audience.map(str::to_string), seconds);
-        if let Some(token) = self.fresh(&key) {
+        if let Some(token) = self.fresh(&key, std::time::Instant::now()) {
             return Ok(token);
         }
         let lifetime = seconds.max(600);
@@ -381,20 +381,23 @@ impl TokenCache {
             .map_err(|e| VolumeError::Io { volume: "token".into(), message: e.to_string() })?;
         let v: serde_json::Value = client.request(req).await.map_err(|source| VolumeError::Api { what: "serviceaccount token", name: sa.clone(), source })?;
         let token = v["status"]["token"].as_str().unwrap_or_default().to_string();
-        self.keep(key, token.clone(), std::time::Duration::from_secs(lifetime as u64));
+        self.keep(key, token.clone(), std::time::Duration::from_secs(lifetime as u64), std::time::Instant::now());
         Ok(token)
     }
 
-    fn fresh(&self, key: &TokenKey) -> Option<String> {
+    /// The cached token of `key` if at `now` it has lived under 80 % of its lifetime (when
+    /// the kubelet, too, asks for a new one).
+    fn fresh(&self, key: &TokenKey, now: std::time::Instant) -> Option<String> {
         let m = self.0.lock().expect("token cache lock");
         let (token, at, lifetime) = m.get(key)?;
-        (at.elapsed() < lifetime.mul_f64(0.8)).then(|| token.clone())
+        (now.saturating_duration_since(*at) < lifetime.mul_f64(0.8)).then(|| token.clone())
     }
 
-    fn keep(&self, key: TokenKey, token: String, lifetime: std::time::Duration) {
+    /// Caches `token`, got at `now`, and drops the tokens expired by then.
+    fn keep(&self, key: TokenKey, token: String, lifetime: std::time::Duration, now: std::time::Instant) {
         let mut m = self.0.lock().expect("token cache lock");
-        m.retain(|_, (_, at, life)| at.elapsed() < *life);
-        m.insert(key, (token, std::time::Instant::now(), lifetime));
+        m.retain(|_, (_, at, life)| now.saturating_duration_since(*at) < *life);
+        m.insert(key, (token, now, lifetime));
     }
 }
 
@@ -418,6 +421,22 @@ pub fn mounts(container: &k8s_openapi::api::core::v1::Container, volumes: &BTree
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_token_is_reused_until_80_percent_of_its_lifetime_and_expired_ones_are_dropped() {
+        use std::time::{Duration, Instant};
+        let cache = TokenCache::default();
+        let t0 = Instant::now();
+        let key = |uid: &str| (uid.to_string(), "default".to_string(), None, 3607);
+        cache.keep(key("a"), "tok-a".into(), Duration::from_secs(1000), t0);
+        assert_eq!(cache.fresh(&key("a"), t0 + Duration::from_secs(799)).as_deref(), Some("tok-a"));
+        assert_eq!(cache.fresh(&key("a"), t0 + Duration::from_secs(800)), None, "renewed at 80 %");
+        assert_eq!(cache.fresh(&key("b"), t0), None, "another pod's key");
+        // Keeping a token after another's expiry drops the expired one.
+        cache.keep(key("b"), "tok-b".into(), Duration::from_secs(1000), t0 + Duration::from_secs(1001));
+        let m = cache.0.lock().unwrap();
+        assert_eq!(m.keys().map(|k| k.0.as_str()).collect::<Vec<_>>(), vec!["b"]);
+    }
 
     #[test]
     fn atomic_writes_swap_the_data_link_and_keep_per_key_links() {

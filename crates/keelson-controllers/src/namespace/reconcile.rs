@@ -36,6 +36,8 @@ pub struct Sweep {
     pub remaining: BTreeMap<String, usize>,
     /// Remaining objects by the metadata finalizer that holds them.
     pub finalizers: BTreeMap<String, usize>,
+    /// The sweep ran over a discovery made for it, not the term's cached one.
+    pub fresh: bool,
 }
 
 impl Sweep {
