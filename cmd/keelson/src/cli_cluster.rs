@@ -149,8 +149,18 @@ impl Target {
         Ok(keelson_client::tls::admin_tls(&dir)?)
     }
 
-    fn client(&self) -> anyhow::Result<StoreClient> {
-        Ok(StoreClient::with_transport(&self.endpoints()?, self.tls()?.as_ref())?)
+    /// A client over every server, starting at the first that answers (so a command
+    /// works while some servers, the first listed included, are down).
+    async fn client(&self) -> anyhow::Result<StoreClient> {
+        let endpoints = self.endpoints()?;
+        let base = StoreClient::with_transport(&endpoints, self.tls()?.as_ref())?;
+        for i in 0..endpoints.len() {
+            let c = base.starting_at(i);
+            if matches!(tokio::time::timeout(Duration::from_secs(2), c.status()).await, Ok(Ok(_))) {
+                return Ok(c);
+            }
+        }
+        Ok(base)
     }
 }
 
@@ -164,7 +174,7 @@ pub struct StatusArgs {
 }
 
 pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
-    let client = args.target.client()?;
+    let client = args.target.client().await?;
     let mut list = None;
     for _ in 0..args.target.endpoints()?.len() {
         match client.member_list().await {
@@ -290,7 +300,7 @@ pub enum MemberCmd {
 pub async fn member(cmd: MemberCmd) -> anyhow::Result<()> {
     match cmd {
         MemberCmd::List(t) => {
-            let l = t.client()?.member_list().await?;
+            let l = t.client().await?.member_list().await?;
             for m in l.members {
                 let lead = if Some(m.id) == l.leader { " (leader)" } else { "" };
                 println!("{:x} {} {} {}{}", m.id, m.name, m.addr, if m.voter { "voter" } else { "learner" }, lead);
@@ -298,7 +308,7 @@ pub async fn member(cmd: MemberCmd) -> anyhow::Result<()> {
         }
         MemberCmd::Remove { target, id } => {
             let id = u64::from_str_radix(id.trim_start_matches("0x"), 16).with_context(|| format!("{id} is not a hex member id"))?;
-            let l = target.client()?.member_remove(id).await?;
+            let l = target.client().await?.member_remove(id).await?;
             println!("removed {id:x}; {} members remain", l.members.len());
         }
     }
@@ -346,7 +356,7 @@ pub async fn kv(cmd: KvCmd) -> anyhow::Result<()> {
         KvCmd::Get { target, key, prefix, serializable } => {
             let range = if prefix { KeyRange::prefix(key) } else { KeyRange::single(key) };
             let consistency = if serializable { ReadConsistency::Serializable } else { ReadConsistency::Linearizable };
-            let r = target.client()?.range(RangeRequest { range, ..Default::default() }, consistency).await?;
+            let r = target.client().await?.range(RangeRequest { range, ..Default::default() }, consistency).await?;
             for kv in r.response.kvs {
                 println!(
                     "{} = {} (mod {}, create {}, version {})",
@@ -360,17 +370,17 @@ pub async fn kv(cmd: KvCmd) -> anyhow::Result<()> {
             eprintln!("revision {}", r.header.revision);
         }
         KvCmd::Put { target, key, value } => {
-            let r = target.client()?.put(key.as_bytes(), value.as_bytes()).await?;
+            let r = target.client().await?.put(key.as_bytes(), value.as_bytes()).await?;
             println!("revision {}", r.header.revision);
         }
         KvCmd::Del { target, key } => {
-            let r = target.client()?.delete(KeyRange::single(key)).await?;
+            let r = target.client().await?.delete(KeyRange::single(key)).await?;
             println!("revision {}", r.header.revision);
         }
         KvCmd::Watch { target, key, prefix, rev } => {
             let range = if prefix { KeyRange::prefix(key) } else { KeyRange::single(key) };
             let create = WatchCreate { watch_id: 1, range, start_revision: rev, prev_kv: false, progress_notify: true };
-            let (_tx, mut stream) = target.client()?.watch(create).await?;
+            let (_tx, mut stream) = target.client().await?.watch(create).await?;
             while let Some(msg) = stream.next().await {
                 let msg = msg?;
                 match msg.kind {

@@ -162,6 +162,51 @@ async fn keelson_up_writes_cluster_json_stops_cleanly_and_resumes() {
         .expect("put");
     assert!(put.status.success());
 
+    // With the first server listed in cluster.json stopped (SIGSTOP: it accepts
+    // connections and never answers), `kv put --cluster-dir` moves on to the others; if
+    // the stopped server led, a put succeeds once the others have elected a leader.
+    let first = manifest.servers().next().and_then(|s| s.pid).expect("first server's pid");
+    // SAFETY: kill(2) on a server this test's `keelson up` started.
+    unsafe { libc::kill(first as i32, libc::SIGSTOP) };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut last = String::new();
+    let moved_on = loop {
+        let mut child = std::process::Command::new(binary())
+            .args(["kv", "put", "--cluster-dir"])
+            .arg(&dir)
+            .args(["/up/first-down", "ok"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("put");
+        let attempt_end = std::time::Instant::now() + Duration::from_secs(15);
+        let status = loop {
+            if let Some(st) = child.try_wait().expect("wait") {
+                break Some(st);
+            }
+            if std::time::Instant::now() > attempt_end {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut err = String::new();
+        use std::io::Read;
+        let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
+        match status {
+            Some(st) if st.success() => break true,
+            Some(_) => last = err,
+            None => last = "a put did not finish within 15 s".into(),
+        }
+        if std::time::Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    unsafe { libc::kill(first as i32, libc::SIGCONT) };
+    assert!(moved_on, "kv put --cluster-dir never got past the stopped first server: {last}");
+
     // SIGTERM stops every server.
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(up.id() as i32, libc::SIGTERM) };
