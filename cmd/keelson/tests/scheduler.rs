@@ -2,8 +2,11 @@
 //! capacity, no agent): pending pods are bound by the active scheduler with Kubernetes'
 //! conditions and Events; taints, node affinity, anti-affinity and spread constraints
 //! are honoured; a pod that fits nowhere gets `PodScheduled=False`/`Unschedulable` and a
-//! `FailedScheduling` Event worded as Kubernetes words it; killing the scheduler's server
-//! mid-burst leaves the rest to the next holder, and no pod is bound twice.
+//! `FailedScheduling` Event worded as Kubernetes words it; a pod of a higher
+//! PriorityClass preempts a full node's lower-priority pod (nominated there, the victim
+//! marked, evented and deleted, then bound there) and an unknown class is refused;
+//! killing the scheduler's server mid-burst leaves the rest to the next holder, and no
+//! pod is bound twice.
 
 mod cluster_support;
 
@@ -12,8 +15,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use cluster_support::{client, metrics_page, server_of, start_short_elections_with};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{json, Value};
 
 fn hollow_node(name: &str, cpu: &str, labels: Value, taints: Value) -> Node {
@@ -115,7 +119,7 @@ async fn scheduler_binds_pods_explains_failures_and_survives_its_server_dying() 
     .await;
     let cond = huge.iter().find(|p| p.metadata.name.as_deref() == Some("huge")).unwrap().status.as_ref().unwrap().conditions.as_ref().unwrap().iter().find(|c| c.type_ == "PodScheduled").unwrap().clone();
     assert_eq!(cond.reason.as_deref(), Some("Unschedulable"));
-    let expected = "0/3 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, 2 Insufficient cpu.";
+    let expected = "0/3 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, 2 Insufficient cpu. preemption: 0/3 nodes are available: 1 Preemption is not helpful for scheduling, 2 No preemption victims found for incoming pod.";
     assert_eq!(cond.message.as_deref(), Some(expected));
     let events: Api<Event> = Api::namespaced(admin.clone(), "default");
     let all = events.list(&ListParams::default()).await.unwrap().items;
@@ -125,6 +129,63 @@ async fn scheduler_binds_pods_explains_failures_and_survives_its_server_dying() 
     // A node large enough arrives: the unschedulable pod is retried and bound there.
     nodes.create(&pp, &hollow_node("big-1", "16", zone("z2", "big-1"), json!([]))).await.unwrap();
     wait_pods(&pods, "huge bound to the new node", |ps| bound(ps, "huge").as_deref() == Some("big-1")).await;
+
+    // Priority and preemption: the built-in classes exist; a node full of priority-0 pods;
+    // a pod of a higher class preempts one of them.
+    let classes: Api<PriorityClass> = Api::all(admin.clone());
+    assert_eq!(classes.get("system-node-critical").await.unwrap().value, 2_000_001_000);
+    assert_eq!(classes.get("system-cluster-critical").await.unwrap().value, 2_000_000_000);
+    let high: PriorityClass = serde_json::from_value(json!({"metadata": {"name": "high"}, "value": 1000})).unwrap();
+    classes.create(&pp, &high).await.unwrap();
+    nodes.create(&pp, &hollow_node("full-1", "1", zone("z3", "full-1"), json!([]))).await.unwrap();
+    let on_full = |name: &str, extra: Value| {
+        let mut spec = json!({"nodeSelector": {"kubernetes.io/hostname": "full-1"}, "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "500m"}}}]});
+        spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        pod(name, json!({"spec": spec}))
+    };
+    pods.create(&pp, &on_full("low-1", json!({}))).await.unwrap();
+    pods.create(&pp, &on_full("low-2", json!({}))).await.unwrap();
+    wait_pods(&pods, "low pods bound to the full node", |ps| bound(ps, "low-1").is_some() && bound(ps, "low-2").is_some()).await;
+    let vip = pods.create(&pp, &on_full("vip", json!({"priorityClassName": "high"}))).await.unwrap();
+    assert_eq!(vip.spec.as_ref().unwrap().priority, Some(1000), "admission resolved the class");
+    assert_eq!(vip.spec.as_ref().unwrap().preemption_policy.as_deref(), Some("PreemptLowerPriority"));
+    let vip_uid = vip.metadata.uid.clone().unwrap();
+    let find = |ps: &[Pod], n: &str| ps.iter().find(|p| p.metadata.name.as_deref() == Some(n)).cloned();
+    let terminating = |ps: &[Pod], n: &str| find(ps, n).is_some_and(|p| p.metadata.deletion_timestamp.is_some());
+    let seen = wait_pods(&pods, "vip nominated and one low pod preempted", |ps| {
+        let nominated = find(ps, "vip").and_then(|p| p.status?.nominated_node_name).as_deref() == Some("full-1");
+        nominated && (terminating(ps, "low-1") || terminating(ps, "low-2"))
+    })
+    .await;
+    assert!(!(terminating(&seen, "low-1") && terminating(&seen, "low-2")), "one victim is enough");
+    let victim = if terminating(&seen, "low-1") { "low-1" } else { "low-2" };
+    let spared = if victim == "low-1" { "low-2" } else { "low-1" };
+    // While the victim terminates (no kubelet here confirms it), the room is not free yet.
+    assert_eq!(bound(&seen, "vip"), None);
+    let victim_pod = find(&seen, victim).unwrap();
+    let disruption = victim_pod.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|c| c.iter().find(|c| c.type_ == "DisruptionTarget").cloned()).expect("DisruptionTarget on the victim");
+    assert_eq!((disruption.status.as_str(), disruption.reason.as_deref()), ("True", Some("PreemptionByScheduler")));
+    let all = events.list(&ListParams::default()).await.unwrap().items;
+    let preempted = format!("Preempted by pod {vip_uid} on node full-1");
+    assert!(
+        all.iter().any(|e| e.reason.as_deref() == Some("Preempted") && e.involved_object.name.as_deref() == Some(victim) && e.message.as_deref() == Some(preempted.as_str())),
+        "no Preempted Event on {victim}: {:?}",
+        all.iter().filter(|e| e.involved_object.name.as_deref() == Some(victim)).map(|e| (&e.reason, &e.message)).collect::<Vec<_>>()
+    );
+    // The kubelet's confirmation: the victim goes, and vip is bound where it was nominated.
+    pods.delete(victim, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
+    let after = wait_pods(&pods, "vip bound to its nominated node", |ps| bound(ps, "vip").as_deref() == Some("full-1")).await;
+    assert!(find(&after, victim).is_none());
+    assert_eq!(bound(&after, spared).as_deref(), Some("full-1"), "the other low pod was spared");
+    // A pod naming a class that does not exist is refused as Kubernetes refuses it.
+    let refused = pods.create(&pp, &pod("bad-class", json!({"spec": {"priorityClassName": "nope", "containers": [{"name": "c", "image": "busybox"}]}}))).await.unwrap_err();
+    match refused {
+        kube::Error::Api(s) => {
+            assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"));
+            assert_eq!(s.message, "pods \"bad-class\" is forbidden: no PriorityClass with name nope was found");
+        }
+        e => panic!("unexpected error: {e}"),
+    }
 
     // Burst, with the scheduler's server killed in the middle of it.
     let leases: Api<Lease> = Api::namespaced(admin.clone(), "kube-system");

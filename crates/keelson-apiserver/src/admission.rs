@@ -2,6 +2,9 @@
 //! functions of the object being created: DefaultTolerationSeconds and ServiceAccount
 //! (the token volume every pod mounts unless it opts out), and DefaultStorageClass (a new
 //! claim that names no class gets the default one; [`default_storage_class`] picks it).
+//! Priority (PriorityClass resolution and rules) is in [`priority`].
+
+pub mod priority;
 
 use serde_json::{json, Value};
 

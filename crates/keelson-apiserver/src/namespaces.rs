@@ -1,25 +1,40 @@
-//! Built-in namespaces, join tokens and the default RBAC policy, created at start.
+//! Built-in namespaces, PriorityClasses, join tokens and the default RBAC policy, created at start.
 //!
 //! Deleting a namespace marks it `Terminating` (nothing new may be created in it); the
 //! controller manager's namespace controller then deletes everything in it through the
 //! API and removes the `kubernetes` finalizer, which deletes the namespace.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
-use crate::catalog;
+use crate::catalog::{self, ResourceDef};
 use crate::error::ApiError;
 use crate::registry::Registry;
 
 pub const BUILTIN: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
 
+/// Creates `obj` unless it exists (an existing one is left as the administrator changed it).
+async fn create_absent(registry: &Registry, def: &ResourceDef, ns: Option<&str>, obj: Value) -> Result<(), ApiError> {
+    match registry.create(def, ns, obj, false).await {
+        Ok(_) | Err(ApiError::AlreadyExists { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Creates the built-in namespaces that do not exist yet.
 pub async fn ensure_builtin(registry: &Registry) -> Result<(), ApiError> {
     let def = catalog::lookup("", "v1", "namespaces").expect("namespaces are served");
     for ns in BUILTIN {
-        match registry.create(def, None, json!({"metadata": {"name": ns}}), false).await {
-            Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
-            Err(e) => return Err(e),
-        }
+        create_absent(registry, def, None, json!({"metadata": {"name": ns}})).await?;
+    }
+    Ok(())
+}
+
+/// Creates the built-in `system-cluster-critical` and `system-node-critical`
+/// PriorityClasses that do not exist yet.
+pub async fn ensure_system_priority_classes(registry: &Registry) -> Result<(), ApiError> {
+    let def = catalog::lookup("scheduling.k8s.io", "v1", "priorityclasses").expect("served");
+    for obj in crate::admission::priority::system_priority_classes() {
+        create_absent(registry, def, None, obj).await?;
     }
     Ok(())
 }
@@ -27,11 +42,7 @@ pub async fn ensure_builtin(registry: &Registry) -> Result<(), ApiError> {
 /// Registers a join token (usable by servers and nodes, no expiry) if absent.
 pub async fn ensure_join_token(registry: &Registry, id: &str, secret: &str) -> Result<(), ApiError> {
     let def = catalog::lookup("", "v1", "secrets").expect("served");
-    let obj = crate::join::token_secret(id, secret, None, &["server", "node"]);
-    match registry.create(def, Some("kube-system"), obj, false).await {
-        Ok(_) | Err(ApiError::AlreadyExists { .. }) => Ok(()),
-        Err(e) => Err(e),
-    }
+    create_absent(registry, def, Some("kube-system"), crate::join::token_secret(id, secret, None, &["server", "node"])).await
 }
 
 /// Creates the default ClusterRoles and ClusterRoleBindings that do not exist yet
@@ -40,10 +51,7 @@ pub async fn ensure_rbac_defaults(registry: &Registry) -> Result<(), ApiError> {
     for obj in keelson_rbac::bootstrap_policy() {
         let kind = obj.get("kind").and_then(|k| k.as_str()).unwrap_or("");
         let Some(def) = catalog::by_kind("rbac.authorization.k8s.io", "v1", kind) else { continue };
-        match registry.create(def, None, obj, false).await {
-            Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
-            Err(e) => return Err(e),
-        }
+        create_absent(registry, def, None, obj).await?;
     }
     Ok(())
 }

@@ -130,6 +130,32 @@ impl Registry {
         Ok(crate::admission::default_storage_class(&classes))
     }
 
+    /// Every PriorityClass, read linearizably (Priority admission).
+    async fn priority_classes(&self) -> Result<Vec<Value>, ApiError> {
+        let Some(def) = crate::catalog::lookup("scheduling.k8s.io", "v1", "priorityclasses") else { return Ok(Vec::new()) };
+        let page = self.store.list_page(&crate::storage::list_prefix(def, None), None, 0, 0, false).await?;
+        Ok(page.items.into_iter().map(|s| s.obj).collect())
+    }
+
+    /// Priority admission: a new pod's priority from its class; a PriorityClass that
+    /// claims to be the default while another one is.
+    async fn admit_priority(&self, def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
+        use crate::admission::priority;
+        let name = meta::name_of(obj).to_string();
+        let refuse = |why: String| ApiError::Forbidden(format!("{} \"{name}\" is forbidden: {why}", def.qualified()));
+        match (def.group, def.kind) {
+            ("", "Pod") => {
+                let classes = self.priority_classes().await?;
+                priority::admit_pod_priority(obj, &classes).map_err(refuse)
+            }
+            ("scheduling.k8s.io", "PriorityClass") if obj.get("globalDefault").and_then(Value::as_bool) == Some(true) => {
+                let classes = self.priority_classes().await?;
+                priority::check_single_default(obj, &classes).map_err(refuse)
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Creates an object. `ns` is the namespace from the URL.
     #[tracing::instrument(name = "create", skip_all, fields(resource = def.plural))]
     pub async fn create(&self, def: &ResourceDef, ns: Option<&str>, mut obj: Value, dry_run: bool) -> Result<Value, ApiError> {
@@ -140,6 +166,7 @@ impl Registry {
             let class = self.default_storage_class().await?;
             crate::admission::set_default_storage_class(&mut obj, class.as_deref());
         }
+        self.admit_priority(def, &mut obj).await?;
         if meta::name_of(&obj).is_empty() {
             return Err(ApiError::invalid(def.kind, def.group, "", vec![crate::error::Cause::required("metadata.name")]));
         }
@@ -218,7 +245,14 @@ impl Registry {
             }
             meta::prepare_update(def, &current.obj, &mut desired, scope)?;
             strategy::apply_defaults(def, &mut desired, false);
+            if (def.group, def.kind) == ("", "Pod") {
+                crate::admission::priority::keep_pod_priority(&current.obj, &mut desired);
+            }
             strategy::validate(def, &desired)?;
+            strategy::validate_update(def, &current.obj, &desired)?;
+            if def.kind == "PriorityClass" {
+                self.admit_priority(def, &mut desired).await?;
+            }
             let gone = delete_on_update(def, &current.obj, &desired);
             if dry_run {
                 return Ok((desired, false));

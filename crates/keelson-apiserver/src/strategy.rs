@@ -109,6 +109,7 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Value, creating: bool) {
                 }
             }
         }
+        ("scheduling.k8s.io", "PriorityClass") => crate::admission::priority::default_priority_class_fields(obj),
         ("", "PersistentVolumeClaim") if creating => {
             ensure_obj(obj, "status").entry("phase").or_insert(json!("Pending"));
         }
@@ -264,6 +265,7 @@ pub fn validate(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
             validate_job_spec(obj.pointer("/spec/jobTemplate/spec"), "spec.jobTemplate.spec", &mut causes);
         }
         ("", "Service") => validate_service(obj, &mut causes),
+        ("scheduling.k8s.io", "PriorityClass") => crate::admission::priority::validate_priority_class(obj, &mut causes),
         ("", "ConfigMap" | "Secret") => {
             for field in ["data", "binaryData", "stringData"] {
                 if let Some(m) = obj.get(field).and_then(Value::as_object) {
@@ -282,6 +284,19 @@ pub fn validate(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::invalid(def.kind, def.group, name_of(obj), causes))
+    }
+}
+
+/// Validates an update against the stored object (fields that may not change); 422.
+pub fn validate_update(def: &ResourceDef, old: &Value, new: &Value) -> Result<(), ApiError> {
+    let mut causes = Vec::new();
+    if (def.group, def.kind) == ("scheduling.k8s.io", "PriorityClass") {
+        crate::admission::priority::validate_priority_class_update(old, new, &mut causes);
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(def.kind, def.group, name_of(new), causes))
     }
 }
 

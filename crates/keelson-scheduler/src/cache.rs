@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use crate::snapshot::{has_required_anti_affinity, occupies_node, NodeInfo, Snapshot};
+use crate::snapshot::{has_required_anti_affinity, nominated_node_name, occupies_node, NodeInfo, Snapshot};
 
 #[derive(Default)]
 pub struct SchedulerCache {
@@ -92,9 +92,33 @@ impl SchedulerCache {
             .collect();
     }
 
+    /// The nomination of the pod with `uid` is over (bound, gone, finished).
+    fn forget_nomination(&mut self, uid: &str) {
+        for pods in self.snapshot.nominated.values_mut() {
+            pods.retain(|p| p.metadata.uid.as_deref() != Some(uid));
+        }
+        self.snapshot.nominated.retain(|_, pods| !pods.is_empty());
+    }
+
+    /// `pod` (pending, its `status.nominatedNodeName` set) is nominated to that node: its
+    /// room there is held against pods of lower priority.
+    pub fn nominate(&mut self, pod: Arc<Pod>) {
+        let Some(node) = nominated_node_name(&pod).map(str::to_string) else { return };
+        self.forget_nomination(&uid(&pod));
+        self.snapshot.nominated.entry(node).or_default().push(pod);
+    }
+
     /// A pod's latest state (from the watch, or as this scheduler assumes it): placed on
-    /// its node if it occupies one, removed otherwise.
+    /// its node if it occupies one, removed otherwise. A pending pod's nomination follows
+    /// its `status.nominatedNodeName` (one this scheduler made is kept until the watch
+    /// shows another); a placed, deleting or finished pod has none.
     pub fn set_pod(&mut self, pod: Arc<Pod>) {
+        let pending = !occupies_node(&pod) && pod.metadata.deletion_timestamp.is_none() && !matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
+        if pending && nominated_node_name(&pod).is_some() {
+            self.nominate(pod.clone());
+        } else if !pending {
+            self.forget_nomination(&uid(&pod));
+        }
         self.remove_pod(&uid(&pod));
         if !occupies_node(&pod) {
             return;
@@ -112,7 +136,13 @@ impl SchedulerCache {
         }
     }
 
-    /// The pod with `uid` is gone (or no longer assumed).
+    /// The pod with `uid` is deleted.
+    pub fn pod_gone(&mut self, uid: &str) {
+        self.forget_nomination(uid);
+        self.remove_pod(uid);
+    }
+
+    /// The pod with `uid` is no longer placed (gone, or no longer assumed).
     pub fn remove_pod(&mut self, uid: &str) {
         let Some(node) = self.placed.remove(uid) else { return };
         match self.index.get(&node) {
@@ -142,6 +172,10 @@ impl SchedulerCache {
         for n in gone {
             self.remove_node(&n);
         }
+    }
+
+    pub fn set_pdbs(&mut self, pdbs: Vec<Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>>) {
+        self.snapshot.pdbs = pdbs;
     }
 
     pub fn set_volumes(&mut self, volumes: crate::plugins::volume::VolumeState) {
@@ -191,5 +225,29 @@ mod tests {
         assert_eq!(cpu(c.snapshot(), "b"), 100);
         c.set_node(node("a"));
         assert_eq!(cpu(c.snapshot(), "a"), 1000, "its pods come back with it");
+    }
+
+    fn nominated(c: &SchedulerCache, node: &str) -> Vec<String> {
+        c.snapshot().nominated.get(node).into_iter().flatten().map(|p| uid(p)).collect()
+    }
+
+    #[test]
+    fn nominations_last_while_the_pod_is_pending() {
+        let mut c = SchedulerCache::default();
+        c.set_node(node("a"));
+        let mut p = (*pod("p", None, "1")).clone();
+        p.status = Some(k8s_openapi::api::core::v1::PodStatus { nominated_node_name: Some("a".into()), ..Default::default() });
+        c.nominate(Arc::new(p.clone()));
+        assert_eq!(nominated(&c, "a"), ["p"]);
+        c.set_pod(pod("p", None, "1")); // an older view without the nomination keeps it
+        assert_eq!(nominated(&c, "a"), ["p"]);
+        p.spec.as_mut().unwrap().node_name = Some("a".into());
+        c.set_pod(Arc::new(p.clone())); // bound: the nomination is over
+        assert!(nominated(&c, "a").is_empty());
+        p.spec.as_mut().unwrap().node_name = None;
+        c.set_pod(Arc::new(p)); // the watch shows it nominated again
+        assert_eq!(nominated(&c, "a"), ["p"]);
+        c.pod_gone("p");
+        assert!(c.snapshot().nominated.is_empty());
     }
 }

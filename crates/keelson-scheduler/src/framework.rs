@@ -2,7 +2,10 @@
 //! PreFilter (what the pod asks for), Filter over the nodes (as many as Kubernetes'
 //! adaptive `percentageOfNodesToScore` asks), Score with the profile's weights, and the
 //! choice; or, when no node fits, the reasons per node summed up in the words of
-//! Kubernetes' `FailedScheduling` message.
+//! Kubernetes' `FailedScheduling` message (and the nodes where preemption might help,
+//! for [`crate::preemption`]). Pods nominated to a node (`status.nominatedNodeName`) with
+//! at least the pod's priority count as placed there when the pod is filtered, and a pod
+//! that is nominated itself tries its nominated node first.
 
 use std::collections::BTreeMap;
 
@@ -49,6 +52,11 @@ pub trait Plugin: Send + Sync {
     fn filter(&self, _cx: &Cycle, _node: &NodeInfo) -> Vec<String> {
         Vec::new()
     }
+    /// Whether a `reason` of this plugin's filter is one removing pods cannot cure
+    /// (Kubernetes' `UnschedulableAndUnresolvable`): preemption skips such nodes.
+    fn unresolvable(&self, _reason: &str) -> bool {
+        false
+    }
     /// A raw score, or `None` if this plugin does not score.
     fn score(&self, _cx: &Cycle, _node: &NodeInfo) -> Option<i64> {
         None
@@ -67,8 +75,49 @@ pub struct Profile {
 pub enum Decision {
     /// Bind to this node.
     Bind { node: String, feasible: usize },
-    /// No node fits: per reason, on how many nodes it held; and the message.
-    Unschedulable { reasons: BTreeMap<String, usize>, message: String },
+    /// No node fits: per reason, on how many nodes it held; the message; and the nodes
+    /// (indices in the snapshot) that failed only for reasons preemption might cure.
+    Unschedulable { reasons: BTreeMap<String, usize>, message: String, resolvable: Vec<usize> },
+}
+
+/// A pod's priority (`spec.priority`, set at admission; 0 without).
+pub fn priority_of(pod: &Pod) -> i32 {
+    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+}
+
+/// Why `node` cannot take the pod, and whether that is unresolvable by preemption (the
+/// first failing plugin's reasons). Pods nominated to the node with at least the pod's
+/// priority are counted as placed (Kubernetes' `RunFilterPluginsWithNominatedPods`).
+pub fn filter_node(profile: &Profile, cx: &Cycle, node: &NodeInfo) -> Result<(), (Vec<String>, bool)> {
+    let uid = cx.pod.metadata.uid.as_deref();
+    let priority = priority_of(cx.pod);
+    let nominated: Vec<&std::sync::Arc<Pod>> = cx
+        .snapshot
+        .nominated
+        .get(&node.name)
+        .into_iter()
+        .flatten()
+        .filter(|p| p.metadata.uid.as_deref() != uid && priority_of(p) >= priority)
+        .collect();
+    let with_nominated;
+    let node = if nominated.is_empty() {
+        node
+    } else {
+        let mut n = node.clone();
+        for p in nominated {
+            n.add_pod(p.clone());
+        }
+        with_nominated = n;
+        &with_nominated
+    };
+    for (plugin, _) in &profile.plugins {
+        let failed = plugin.filter(cx, node);
+        if !failed.is_empty() {
+            let unresolvable = failed.iter().any(|r| plugin.unresolvable(r));
+            return Err((failed, unresolvable));
+        }
+    }
+    Ok(())
 }
 
 /// How many feasible nodes to find before scoring (`percentageOfNodesToScore` = 0,
@@ -91,6 +140,15 @@ pub fn unschedulable_message(total: usize, reasons: &BTreeMap<String, usize>) ->
     format!("0/{total} nodes are available: {}.", items.join(", "))
 }
 
+/// The FailedScheduling message with PostFilter's part (`… preemption: …`) after it.
+pub fn with_post_filter(message: &str, post_filter: &str) -> String {
+    if post_filter.is_empty() {
+        message.to_string()
+    } else {
+        format!("{message} {post_filter}")
+    }
+}
+
 /// Schedules `pod` on `snapshot`: nodes are filtered starting at `start` (rotating across
 /// cycles, as Kubernetes does, so large clusters spread their searches), and among the
 /// best-scored ones `tie_break` picks.
@@ -101,36 +159,42 @@ pub fn schedule(profile: &Profile, pod: &Pod, snapshot: &Snapshot, start: usize,
     if total > 0 {
         if let Some(why) = profile.plugins.iter().find_map(|(p, _)| p.pre_filter(&cx)) {
             let message = format!("0/{total} nodes are available: {why}.");
-            return Decision::Unschedulable { reasons: BTreeMap::from([(why, total)]), message };
+            return Decision::Unschedulable { reasons: BTreeMap::from([(why, total)]), message, resolvable: Vec::new() };
+        }
+    }
+    // A nominated pod goes to its nominated node if it fits there now.
+    if let Some(node) = snapshot.nominated_node_of(pod).and_then(|n| snapshot.node(n)) {
+        if filter_node(profile, &cx, node).is_ok() {
+            return Decision::Bind { node: node.name.clone(), feasible: 1 };
         }
     }
     let mut feasible: Vec<&NodeInfo> = Vec::new();
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    let mut resolvable = Vec::new();
     for i in 0..total {
         if feasible.len() >= want {
             break;
         }
-        let node = &snapshot.nodes[(start + i) % total];
-        let mut failed: Vec<String> = Vec::new();
-        for (plugin, _) in &profile.plugins {
-            failed = plugin.filter(&cx, node);
-            if !failed.is_empty() {
-                break;
-            }
-        }
-        if failed.is_empty() {
-            feasible.push(node);
-        } else {
-            failed.sort();
-            failed.dedup();
-            for r in failed {
-                *reasons.entry(r).or_default() += 1;
+        let index = (start + i) % total;
+        let node = &snapshot.nodes[index];
+        match filter_node(profile, &cx, node) {
+            Ok(()) => feasible.push(node),
+            Err((mut failed, unresolvable)) => {
+                if !unresolvable {
+                    resolvable.push(index);
+                }
+                failed.sort();
+                failed.dedup();
+                for r in failed {
+                    *reasons.entry(r).or_default() += 1;
+                }
             }
         }
     }
     if feasible.is_empty() {
         let message = unschedulable_message(total, &reasons);
-        return Decision::Unschedulable { reasons, message };
+        resolvable.sort_unstable();
+        return Decision::Unschedulable { reasons, message, resolvable };
     }
     let mut totals = vec![0i64; feasible.len()];
     if feasible.len() > 1 {

@@ -5,6 +5,7 @@
 //! - [`cache`]: the snapshot kept current from events and assumptions;
 //! - [`framework`]: the cycle for one pod, a pure function of (pod, [`snapshot::Snapshot`]);
 //! - [`plugins`]: Kubernetes' default profile (filters and weighted scores);
+//! - [`preemption`]: DefaultPreemption (PostFilter), victims and the node to nominate;
 //! - [`metrics`]: attempts, attempt latency and queue lengths, as kube-scheduler's;
 //! - [`queue`]: active / backoff / unschedulable pods;
 //! - [`resources`], [`selectors`]: quantities, requests, label and node selectors;
@@ -14,6 +15,7 @@ pub mod cache;
 pub mod framework;
 pub mod metrics;
 pub mod plugins;
+pub mod preemption;
 pub mod queue;
 pub mod resources;
 mod run;

@@ -1,7 +1,10 @@
 //! The scheduler's loop while it leads: reflectors of pods, nodes and namespaces feed
 //! the queue; each popped pod is decided on a fresh [`Snapshot`] (with the pods this
 //! scheduler has assumed onto nodes), bound asynchronously through `pods/binding` with
-//! the term's fenced client, and reported with Kubernetes' Events and conditions.
+//! the term's fenced client, and reported with Kubernetes' Events and conditions. A pod
+//! that fits nowhere may preempt ([`crate::preemption`]): it is nominated to the chosen
+//! node (`status.nominatedNodeName`) and the victims get `DisruptionTarget` and are
+//! deleted gracefully; the pod is retried when pods go.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,12 +12,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use keelson_component::events::{EventRecorder, EventType};
 use keelson_component::denied::DenialReporter;
 use keelson_component::{fence, Leadership};
 use kube::Resource;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher};
 use serde_json::json;
@@ -22,7 +26,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::framework::{schedule, Decision, Profile};
+use crate::framework::{schedule, with_post_filter, Decision, Profile};
+use crate::preemption::{preempt, PostFilter};
 use crate::queue::{PodKey, SchedulingQueue};
 use crate::cache::SchedulerCache;
 use crate::metrics::{AttemptResult, SchedulerMetrics};
@@ -43,6 +48,8 @@ enum Change {
     Namespaces,
     /// A claim, volume or StorageClass changed (VolumeBinding).
     Volumes,
+    /// A PodDisruptionBudget changed (preemption).
+    Pdbs,
     /// A watch re-listed: the queue is checked against the store.
     Resync,
     /// A bind ended.
@@ -114,6 +121,7 @@ struct Scheduler {
     claims: Store<PersistentVolumeClaim>,
     volumes: Store<PersistentVolume>,
     classes: Store<StorageClass>,
+    pdbs: Store<PodDisruptionBudget>,
     queue: SchedulingQueue,
     /// What cycles decide on, kept current from the watches and the assumptions.
     cache: SchedulerCache,
@@ -140,6 +148,7 @@ async fn run(term: Leadership, metrics: SchedulerMetrics) {
     let (claims, claim_writer) = reflector::store::<PersistentVolumeClaim>();
     let (volumes, volume_writer) = reflector::store::<PersistentVolume>();
     let (classes, class_writer) = reflector::store::<StorageClass>();
+    let (pdbs, pdb_writer) = reflector::store::<PodDisruptionBudget>();
     let tasks = [
         follow(Api::<Pod>::all(client.clone()), pod_writer, tx.clone(), term.denials.clone(), |ev| match ev {
             watcher::Event::Apply(p) | watcher::Event::InitApply(p) => Some(Change::Pod(Arc::new(p))),
@@ -157,6 +166,7 @@ async fn run(term: Leadership, metrics: SchedulerMetrics) {
         follow(Api::<PersistentVolumeClaim>::all(client.clone()), claim_writer, tx.clone(), term.denials.clone(), volumes_changed),
         follow(Api::<PersistentVolume>::all(client.clone()), volume_writer, tx.clone(), term.denials.clone(), volumes_changed),
         follow(Api::<StorageClass>::all(client.clone()), class_writer, tx.clone(), term.denials.clone(), volumes_changed),
+        follow(Api::<PodDisruptionBudget>::all(client.clone()), pdb_writer, tx.clone(), term.denials.clone(), |ev| (!matches!(ev, watcher::Event::Init)).then_some(Change::Pdbs)),
     ];
     let recorder = EventRecorder::new(client.clone(), crate::SCHEDULER_NAME, &term.identity);
     let mut s = Scheduler {
@@ -168,6 +178,7 @@ async fn run(term: Leadership, metrics: SchedulerMetrics) {
         claims,
         volumes,
         classes,
+        pdbs,
         queue: SchedulingQueue::default(),
         cache: SchedulerCache::default(),
         assumed: HashMap::new(),
@@ -243,7 +254,7 @@ impl Scheduler {
             }
             Change::PodGone(pod) => {
                 let key = key_of(&pod);
-                self.cache.remove_pod(pod.metadata.uid.as_deref().unwrap_or(""));
+                self.cache.pod_gone(pod.metadata.uid.as_deref().unwrap_or(""));
                 self.queue.remove(&key);
                 self.assumed.remove(&key);
                 self.queue.cluster_changed(now);
@@ -277,6 +288,7 @@ impl Scheduler {
                 self.cache.set_volumes(state);
                 self.queue.cluster_changed(now);
             }
+            Change::Pdbs => self.cache.set_pdbs(self.pdbs.state()),
             Change::Resync => {
                 let present: std::collections::HashSet<String> = self.pods.state().iter().filter_map(|p| p.metadata.uid.clone()).collect();
                 let assumed: std::collections::HashSet<String> = self.assumed.values().filter_map(|p| p.metadata.uid.clone()).collect();
@@ -346,10 +358,22 @@ impl Scheduler {
                 self.assumed.insert(key.clone(), assumed);
                 tokio::spawn(bind(self.term.clone(), self.recorder.clone(), pod, node, claims, key, self.tx.clone()).in_current_span());
             }
-            Decision::Unschedulable { message, .. } => {
-                tracing::debug!(%message, "unschedulable");
+            Decision::Unschedulable { message, resolvable, .. } => {
                 self.queue.unschedulable(&key, Instant::now());
-                tokio::spawn(report_unschedulable(self.term.clone(), self.recorder.clone(), pod, message).in_current_span());
+                match preempt(&self.profile, &pod, snapshot, &resolvable, self.start) {
+                    PostFilter::Preempt { node, victims, pdb_violations } => {
+                        tracing::debug!(%node, victims = victims.len(), pdb_violations, "preempting");
+                        let mut nominated = (*pod).clone();
+                        nominated.status.get_or_insert_with(Default::default).nominated_node_name = Some(node.clone());
+                        self.cache.nominate(Arc::new(nominated));
+                        tokio::spawn(preempt_victims(self.term.clone(), self.recorder.clone(), pod, node, victims, message).in_current_span());
+                    }
+                    PostFilter::Fail(why) => {
+                        let message = with_post_filter(&message, &why);
+                        tracing::debug!(%message, "unschedulable");
+                        tokio::spawn(report_unschedulable(self.term.clone(), self.recorder.clone(), pod, message, None).in_current_span());
+                    }
+                }
             }
         }
     }
@@ -398,25 +422,74 @@ async fn bind(term: Leadership, recorder: EventRecorder, pod: Arc<Pod>, node: St
     let _ = tx.send(Change::Bound { key, result });
 }
 
-/// `PodScheduled=False` (reason `Unschedulable`) on the pod, once per new message, and a
-/// `FailedScheduling` Event.
-async fn report_unschedulable(term: Leadership, recorder: EventRecorder, pod: Arc<Pod>, message: String) {
+fn now() -> String {
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// A write failed: a fenced one ends the term. Returns whether to go on.
+async fn written(term: &Leadership, result: Result<(), kube::Error>, what: &str) -> bool {
+    match result {
+        Ok(()) => true,
+        Err(e) if fence::is_fenced(&e) => {
+            term.step_down();
+            false
+        }
+        Err(e) => {
+            if !term.denials.check(&e).await {
+                tracing::debug!(error = %e, "{what}");
+            }
+            true
+        }
+    }
+}
+
+/// `PodScheduled=False` (reason `Unschedulable`) on the pod, once per new message (with
+/// `status.nominatedNodeName` when `nominate` names a node), and a `FailedScheduling` Event.
+async fn report_unschedulable(term: Leadership, recorder: EventRecorder, pod: Arc<Pod>, message: String, nominate: Option<&str>) -> bool {
     recorder.publish(&pod.object_ref(&()), EventType::Warning, "FailedScheduling", &message).await;
     let current = pod.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
-    if current.is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable") && c.message.as_deref() == Some(message.as_str())) {
-        return;
+    let same = current.is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable") && c.message.as_deref() == Some(message.as_str()));
+    if same && nominate.is_none_or(|n| crate::snapshot::nominated_node_name(&pod) == Some(n)) {
+        return true;
     }
     let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let api: Api<Pod> = Api::namespaced(term.client.clone(), &ns);
-    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-    let patch = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastTransitionTime": now, "lastProbeTime": null}]}});
-    match api.patch_status(pod.metadata.name.as_deref().unwrap_or(""), &PatchParams::default(), &Patch::Strategic(patch)).await {
-        Ok(_) => {}
-        Err(e) if fence::is_fenced(&e) => term.step_down(),
-        Err(e) => {
-            if !term.denials.check(&e).await {
-                tracing::debug!(error = %e, "recording PodScheduled=False");
-            }
+    let mut patch = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastTransitionTime": now(), "lastProbeTime": null}]}});
+    if let Some(node) = nominate {
+        patch["status"]["nominatedNodeName"] = json!(node);
+    }
+    let result = api.patch_status(pod.metadata.name.as_deref().unwrap_or(""), &PatchParams::default(), &Patch::Strategic(patch)).await;
+    written(&term, result.map(|_| ()), "recording PodScheduled=False").await
+}
+
+/// Kubernetes' preemption executor: the preemptor is nominated to `node` (with its
+/// FailedScheduling report), then each victim gets `DisruptionTarget` (reason
+/// `PreemptionByScheduler`), a `Preempted` Event and a graceful delete.
+async fn preempt_victims(term: Leadership, recorder: EventRecorder, pod: Arc<Pod>, node: String, victims: Vec<Arc<Pod>>, message: String) {
+    if !report_unschedulable(term.clone(), recorder.clone(), pod.clone(), message, Some(&node)).await {
+        return;
+    }
+    let preemptor = pod.metadata.uid.clone().unwrap_or_default();
+    let scheduler = pod.spec.as_ref().and_then(|s| s.scheduler_name.clone()).unwrap_or_else(|| crate::SCHEDULER_NAME.into());
+    for victim in victims {
+        let ns = victim.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let name = victim.metadata.name.clone().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(term.client.clone(), &ns);
+        let condition = json!({"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+            "message": format!("{scheduler}: preempting to accommodate a higher priority pod"), "lastTransitionTime": now()});
+        let patch = json!({"status": {"conditions": [condition]}});
+        let result = api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch)).await;
+        if !written(&term, result.map(|_| ()), "marking a preemption victim").await {
+            return;
+        }
+        recorder.publish(&victim.object_ref(&()), EventType::Normal, "Preempted", &format!("Preempted by pod {preemptor} on node {node}")).await;
+        let params = DeleteParams { preconditions: Some(Preconditions { uid: victim.metadata.uid.clone(), resource_version: None }), ..Default::default() };
+        let result = match api.delete(&name, &params).await {
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            r => r.map(|_| ()),
+        };
+        if !written(&term, result, "deleting a preemption victim").await {
+            return;
         }
     }
 }

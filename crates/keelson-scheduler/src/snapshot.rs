@@ -90,6 +90,11 @@ pub fn host_ports(pod: &Pod) -> Vec<HostPort> {
         .collect()
 }
 
+/// A pod's `status.nominatedNodeName`, if set and not empty.
+pub fn nominated_node_name(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()).filter(|n| !n.is_empty())
+}
+
 /// Whether a pod holds node resources: assigned and not finished.
 pub fn occupies_node(pod: &Pod) -> bool {
     let assigned = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
@@ -109,6 +114,11 @@ pub struct Snapshot {
     pub image_spread: BTreeMap<String, usize>,
     /// Claims, volumes and classes (VolumeBinding).
     pub volumes: crate::plugins::volume::VolumeState,
+    /// Pending pods nominated to a node (`status.nominatedNodeName`, or this scheduler's
+    /// own nomination not yet seen in the watch), by node name.
+    pub nominated: BTreeMap<String, Vec<Arc<Pod>>>,
+    /// PodDisruptionBudgets (preemption prefers victims that violate none).
+    pub pdbs: Vec<Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>>,
 }
 
 pub fn has_required_anti_affinity(pod: &Pod) -> bool {
@@ -148,7 +158,48 @@ impl Snapshot {
                 }
             }
         }
-        Self { nodes: infos, namespaces: BTreeMap::new(), repelling, image_spread, volumes: Default::default() }
+        Self { nodes: infos, namespaces: BTreeMap::new(), repelling, image_spread, volumes: Default::default(), nominated: BTreeMap::new(), pdbs: Vec::new() }
+    }
+
+    /// With these pods nominated to their `status.nominatedNodeName`.
+    pub fn with_nominated(mut self, pods: impl IntoIterator<Item = Arc<Pod>>) -> Self {
+        for p in pods {
+            if let Some(n) = nominated_node_name(&p) {
+                self.nominated.entry(n.to_string()).or_default().push(p);
+            }
+        }
+        self
+    }
+
+    /// With these PodDisruptionBudgets.
+    pub fn with_pdbs(mut self, pdbs: Vec<Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>>) -> Self {
+        self.pdbs = pdbs;
+        self
+    }
+
+    /// The node `pod` is nominated to: its own `status.nominatedNodeName`, or the
+    /// nomination recorded here for its uid.
+    pub fn nominated_node_of(&self, pod: &Pod) -> Option<&str> {
+        if let Some(n) = nominated_node_name(pod) {
+            return self.nodes.iter().find(|i| i.name == n).map(|i| i.name.as_str());
+        }
+        let uid = pod.metadata.uid.as_deref()?;
+        self.nominated.iter().find(|(_, ps)| ps.iter().any(|p| p.metadata.uid.as_deref() == Some(uid))).map(|(n, _)| n.as_str())
+    }
+
+    /// Places `pod` on node `index` (as [`NodeInfo::add_pod`], keeping `repelling`).
+    pub fn add_to_node(&mut self, index: usize, pod: Arc<Pod>) {
+        if has_required_anti_affinity(&pod) {
+            self.repelling.push((index, pod.clone()));
+        }
+        self.nodes[index].add_pod(pod);
+    }
+
+    /// Takes the pod with `uid` off node `index`.
+    pub fn remove_from_node(&mut self, index: usize, uid: &str) {
+        if self.nodes[index].remove_pod(uid) {
+            self.repelling.retain(|(_, p)| p.metadata.uid.as_deref() != Some(uid));
+        }
     }
 
     /// With the cluster's claims, volumes and classes.

@@ -168,6 +168,7 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
         loop {
             let r = async {
                 crate::namespaces::ensure_builtin(&bootstrap_state.registry).await?;
+                crate::namespaces::ensure_system_priority_classes(&bootstrap_state.registry).await?;
                 if let Some((id, secret)) = &initial_token {
                     crate::namespaces::ensure_join_token(&bootstrap_state.registry, id, secret).await?;
                 }

@@ -14,6 +14,9 @@ impl Plugin for NodeName {
     fn name(&self) -> &'static str {
         "NodeName"
     }
+    fn unresolvable(&self, _reason: &str) -> bool {
+        true
+    }
     fn filter(&self, cx: &Cycle, node: &NodeInfo) -> Vec<String> {
         match cx.pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty()) {
             Some(wanted) if wanted != node.name => vec!["node(s) didn't match the requested node name".into()],
@@ -47,6 +50,9 @@ pub struct NodeUnschedulable;
 impl Plugin for NodeUnschedulable {
     fn name(&self) -> &'static str {
         "NodeUnschedulable"
+    }
+    fn unresolvable(&self, _reason: &str) -> bool {
+        true
     }
     fn filter(&self, cx: &Cycle, node: &NodeInfo) -> Vec<String> {
         let cordoned = node.node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
@@ -90,6 +96,9 @@ impl Plugin for TaintToleration {
     fn name(&self) -> &'static str {
         "TaintToleration"
     }
+    fn unresolvable(&self, _reason: &str) -> bool {
+        true
+    }
     fn filter(&self, cx: &Cycle, node: &NodeInfo) -> Vec<String> {
         let tols = tolerations(cx.pod);
         node_taints(node)
@@ -128,6 +137,9 @@ pub struct NodeAffinity;
 impl Plugin for NodeAffinity {
     fn name(&self) -> &'static str {
         "NodeAffinity"
+    }
+    fn unresolvable(&self, _reason: &str) -> bool {
+        true
     }
     fn filter(&self, cx: &Cycle, node: &NodeInfo) -> Vec<String> {
         if matches_node_selector(cx.pod, node) {

@@ -117,6 +117,10 @@ impl Plugin for InterPodAffinity {
     fn name(&self) -> &'static str {
         "InterPodAffinity"
     }
+    /// Affinity to pods that are not there is not helped by removing pods.
+    fn unresolvable(&self, reason: &str) -> bool {
+        reason == "node(s) didn't match pod affinity rules"
+    }
     fn filter(&self, cx: &Cycle, node: &NodeInfo) -> Vec<String> {
         let mut out = Vec::new();
         // Placed pods' anti-affinity against the incoming pod.

@@ -52,6 +52,9 @@ impl Plugin for PodTopologySpread {
     fn name(&self) -> &'static str {
         "PodTopologySpread"
     }
+    fn unresolvable(&self, reason: &str) -> bool {
+        reason.ends_with("(missing required label)")
+    }
     fn filter(&self, cx: &Cycle, node: &NodeInfo) -> Vec<String> {
         for (i, c) in constraints(cx).iter().enumerate().filter(|(_, c)| c.when_unsatisfiable == "DoNotSchedule") {
             let Some(domain) = node.labels().get(&c.topology_key).cloned() else {

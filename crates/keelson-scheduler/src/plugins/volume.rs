@@ -115,6 +115,9 @@ impl Plugin for VolumeBinding {
         None
     }
 
+    fn unresolvable(&self, _reason: &str) -> bool {
+        true
+    }
     fn filter(&self, cx: &Cycle, node: &NodeInfo) -> Vec<String> {
         let state = &cx.snapshot.volumes;
         let ns = cx.namespace();

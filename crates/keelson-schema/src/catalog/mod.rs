@@ -386,6 +386,7 @@ mod tests {
                 "poddisruptionbudgets",
                 true,
             ),
+            ("scheduling.k8s.io", "PriorityClass", "priorityclasses", false),
             ("authorization.k8s.io", "SelfSubjectAccessReview", "selfsubjectaccessreviews", false),
             ("authorization.k8s.io", "SelfSubjectRulesReview", "selfsubjectrulesreviews", false),
             ("authorization.k8s.io", "SubjectAccessReview", "subjectaccessreviews", false),
@@ -439,7 +440,7 @@ mod tests {
         dedup.sort();
         dedup.dedup();
         assert_eq!(dedup.len(), paths.len());
-        assert_eq!(gvs.len(), 12);
+        assert_eq!(gvs.len(), 13);
         assert!(resources().iter().filter(|r| r.answered).all(|r| r.verbs == CREATE_ONLY_VERBS && r.list_kind.is_none()));
     }
 

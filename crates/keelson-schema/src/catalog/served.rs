@@ -62,7 +62,7 @@ macro_rules! catalog {
 use k8s_openapi::api::{
     apps::v1 as apps, authentication::v1 as authentication, authorization::v1 as authorization, batch::v1 as batch, coordination::v1 as coordination, core::v1 as core,
     discovery::v1 as discovery, events::v1 as events, networking::v1 as networking,
-    policy::v1 as policy, rbac::v1 as rbac, storage::v1 as storage,
+    policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
 };
 
 catalog! {
@@ -116,6 +116,7 @@ catalog! {
     listable rbac::RoleBinding { short: [], categories: [], sub: [], name: Path, spec: false, fields: [], printer: RoleBinding };
     listable rbac::ClusterRoleBinding { short: [], categories: [], sub: [], name: Path, spec: false, fields: [], printer: RoleBinding };
     listable policy::PodDisruptionBudget { short: ["pdb"], categories: [], sub: [status], name: Subdomain, spec: true, fields: [], printer: PodDisruptionBudget };
+    listable scheduling::PriorityClass { short: ["pc"], categories: [], sub: [], name: Subdomain, spec: false, fields: [], printer: PriorityClass };
     answered authorization::SelfSubjectAccessReview { short: [], categories: [], sub: [], name: Path, spec: false, fields: [], printer: Generic };
     answered authorization::SelfSubjectRulesReview { short: [], categories: [], sub: [], name: Path, spec: false, fields: [], printer: Generic };
     answered authorization::SubjectAccessReview { short: [], categories: [], sub: [], name: Path, spec: false, fields: [], printer: Generic };
