@@ -2,6 +2,8 @@
 # Starts or stops a 3-member etcd cluster on loopback, for side-by-side benchmarks.
 #   etcd-cluster.sh start DIR   -> prints the client endpoints (host:port) on stdout
 #   etcd-cluster.sh stop DIR
+#   etcd-cluster.sh kill DIR I      -> SIGKILL member eI (1..3), as a crash
+#   etcd-cluster.sh restart DIR I   -> starts member eI again from its data directory
 # With ETCD_TLS_DIR set (holding ca.crt, server.crt, server.key, client.crt, client.key),
 # client and peer traffic use mutual TLS, as a production etcd (and Keelson) does; the
 # server certificate must name 127.0.0.1 and allow both server and client auth.
@@ -46,13 +48,18 @@ start)
   endpoints=()
   for i in 1 2 3; do
     cport=$((base + 10 * i)); pport=$((base + 10 * i + 1))
-    # Same durability as Keelson: fsync on every commit (etcd's default).
-    "$etcd_bin" --name "e$i" --data-dir "$dir/e$i" \
-      --listen-client-urls "$scheme://127.0.0.1:$cport" --advertise-client-urls "$scheme://127.0.0.1:$cport" \
-      --listen-peer-urls "$scheme://127.0.0.1:$pport" --initial-advertise-peer-urls "$scheme://127.0.0.1:$pport" \
-      --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token keelson-bench \
-      --quota-backend-bytes $((8 * 1024 * 1024 * 1024)) "${tls_args[@]}" \
-      >"$dir/e$i.log" 2>&1 &
+    # Same durability as Keelson: fsync on every commit (etcd's default). Each member's
+    # command is kept in eI.sh, so `restart` starts it again the same way.
+    {
+      printf 'exec'
+      printf ' %q' "$etcd_bin" --name "e$i" --data-dir "$dir/e$i" \
+        --listen-client-urls "$scheme://127.0.0.1:$cport" --advertise-client-urls "$scheme://127.0.0.1:$cport" \
+        --listen-peer-urls "$scheme://127.0.0.1:$pport" --initial-advertise-peer-urls "$scheme://127.0.0.1:$pport" \
+        --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token keelson-bench \
+        --quota-backend-bytes $((8 * 1024 * 1024 * 1024)) "${tls_args[@]}"
+      printf ' >>%q 2>&1\n' "$dir/e$i.log"
+    } >"$dir/e$i.sh"
+    bash "$dir/e$i.sh" &
     echo $! >"$dir/e$i.pid"
     endpoints+=("127.0.0.1:$cport")
   done
@@ -79,5 +86,15 @@ stop)
     rm -f "$f"
   done
   ;;
-*) echo "usage: etcd-cluster.sh start|stop DIR" >&2; exit 2 ;;
+kill)
+  i=${3:?usage: etcd-cluster.sh kill DIR I}
+  kill -9 "$(cat "$dir/e$i.pid")" 2>/dev/null || true
+  ;;
+restart)
+  i=${3:?usage: etcd-cluster.sh restart DIR I}
+  [ -f "$dir/e$i.sh" ] || { echo "$dir/e$i.sh missing: start the cluster first" >&2; exit 1; }
+  bash "$dir/e$i.sh" &
+  echo $! >"$dir/e$i.pid"
+  ;;
+*) echo "usage: etcd-cluster.sh start|stop DIR, or kill|restart DIR I" >&2; exit 2 ;;
 esac

@@ -58,6 +58,8 @@ enum CertsCmd {
 enum BenchCmd {
     /// Drive the replicated store (and, with --compare-etcd, etcd) with concurrent clients.
     Store(keelson_bench::StoreBenchArgs),
+    /// Leader kills under a write load: how long writes stall (and, with --compare-etcd, etcd's).
+    Failover(keelson_bench::FailoverBenchArgs),
     /// The Kubernetes API: creates, updates, gets, lists and watch fan-out.
     Api(keelson_bench::ApiBenchArgs),
     /// The scheduler: hollow nodes and a burst of pods, pods/s and create→bind latency.
@@ -96,6 +98,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Member(cmd) => rt.block_on(cli_cluster::member(cmd)),
         Cmd::Kv(cmd) => rt.block_on(cli_cluster::kv(cmd)),
         Cmd::Bench(BenchCmd::Store(args)) => rt.block_on(keelson_bench::run_store_bench(args)),
+        Cmd::Bench(BenchCmd::Failover(args)) => rt.block_on(keelson_bench::run_failover_bench(args)),
         Cmd::Bench(BenchCmd::Api(args)) => rt.block_on(keelson_bench::run_api_bench(args)),
         Cmd::Bench(BenchCmd::Scheduler(args)) => rt.block_on(keelson_bench::run_scheduler_bench(args)),
         Cmd::Bench(BenchCmd::Controllers(args)) => rt.block_on(keelson_bench::run_controllers_bench(args)),

@@ -57,3 +57,35 @@ fn store_bench_drives_keelson_and_etcd_with_tls_and_reports_json() {
         }
     }
 }
+
+/// `keelson bench failover --json`: one leader kill and one follower kill on each system;
+/// every kill is measured (writes resumed) and the restarted member caught up. No speed is
+/// asserted.
+#[test]
+fn failover_bench_kills_leaders_of_keelson_and_etcd_and_reports_json() {
+    if !is_root() && !etcd_available() {
+        eprintln!("SKIPPED: etcd is not installed and installing it needs root (apt-get install etcd-server etcd-client)");
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root and must run this test");
+        return;
+    }
+    let out = Command::new(binary())
+        .current_dir(repo_root())
+        .args(["bench", "failover", "--kills", "1", "--clients", "2", "--compare-etcd", "--json"])
+        .output()
+        .expect("run keelson bench failover");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed: {stderr}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
+    for system in ["keelson", "etcd"] {
+        for field in ["gap_p50_ms", "gap_max_ms"] {
+            let v = json[format!("{system}_{field}")].as_f64().unwrap_or_else(|| panic!("{system}_{field} missing in {json}"));
+            assert!(v > 0.0, "{system}_{field} = {v}");
+        }
+        let s = &json[system];
+        let kills = s["leader_kills"].as_array().unwrap_or_else(|| panic!("{system}.leader_kills missing"));
+        assert_eq!(kills.len(), 1, "{system}: {s}");
+        assert!(kills[0]["first_after_ms"].as_f64().is_some_and(|v| v > 0.0), "{system}: {s}");
+        assert!(s["follower_kill"]["gap_ms"].as_f64().is_some(), "{system}: {s}");
+        assert_eq!(s["catch_up_ms"].as_array().map(Vec::len), Some(1), "{system}: {s}");
+    }
+}

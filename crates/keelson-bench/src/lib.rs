@@ -5,6 +5,9 @@
 //! `keelson bench proxy`: keelson-proxy's full and incremental syncs with the real `nft`
 //! (see `proxy`).
 //!
+//! `keelson bench failover`: writes stalled by leader kills, Keelson and etcd side by
+//! side (see `failover`).
+//!
 //! `keelson bench store`: the same closed-loop load against Keelson and etcd.
 //!
 //! Each phase runs N concurrent clients for a fixed time; every client issues one request
@@ -14,7 +17,9 @@
 
 mod api;
 mod controllers;
+mod failover;
 mod load;
+mod outage;
 mod pods;
 mod proxy;
 mod report;
@@ -22,6 +27,7 @@ mod scheduler;
 
 pub use api::{run_api_bench, ApiBenchArgs};
 pub use controllers::{run_controllers_bench, ControllersBenchArgs, ControllersReport};
+pub use failover::{run_failover_bench, FailoverBenchArgs, SystemFailover};
 pub use load::{run_store_bench, StoreBenchArgs};
 pub use pods::{run_pods_bench, PodsBenchArgs, PodsReport};
 pub use proxy::{run_proxy_bench, ProxyBenchArgs, ProxyReport};

@@ -66,13 +66,13 @@ pub struct StoreBenchArgs {
 
 /// One benchmark connection.
 #[derive(Clone)]
-enum Conn {
+pub(crate) enum Conn {
     Keelson(StoreClient),
     Etcd(etcd_client::KvClient),
 }
 
 impl Conn {
-    async fn put(&mut self, key: &[u8], value: &[u8]) -> anyhow::Result<()> {
+    pub(crate) async fn put(&mut self, key: &[u8], value: &[u8]) -> anyhow::Result<()> {
         match self {
             Conn::Keelson(c) => c.put(key, value).await.map(|_| ()).map_err(Into::into),
             Conn::Etcd(c) => c.put(key, value, None).await.map(|_| ()).map_err(Into::into),
@@ -102,7 +102,7 @@ impl Conn {
 }
 
 /// Connections, one per client, spread over the endpoints.
-async fn connect(system: &str, endpoints: &[String], n: usize, tls: Option<&PeerTls>) -> anyhow::Result<Vec<Conn>> {
+pub(crate) async fn connect(system: &str, endpoints: &[String], n: usize, tls: Option<&PeerTls>) -> anyhow::Result<Vec<Conn>> {
     let mut out = Vec::with_capacity(n);
     match system {
         "keelson" => {
@@ -251,7 +251,44 @@ async fn bench_system(system: &str, endpoints: &[String], args: &StoreBenchArgs,
     Ok(rep)
 }
 
-fn find_etcd_script(explicit: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
+/// Starts the script's 3-member etcd in `dir` on free loopback ports, with mutual TLS
+/// from a throw-away CA written to `tls_dir` when given. Returns the client endpoints and
+/// the client identity.
+pub(crate) async fn start_etcd(script: &std::path::Path, dir: &std::path::Path, tls_dir: Option<&std::path::Path>) -> anyhow::Result<(Vec<String>, Option<PeerTls>)> {
+    let mut start = tokio::process::Command::new("bash");
+    start.arg(script).arg("start").arg(dir).env("ETCD_BASE_PORT", free_etcd_base()?.to_string());
+    let tls = match tls_dir {
+        Some(t) => {
+            let client = write_etcd_tls(t)?;
+            start.env("ETCD_TLS_DIR", t);
+            Some(client)
+        }
+        None => None,
+    };
+    let out = start.output().await?;
+    if !out.status.success() {
+        bail!("{} start failed: {}", script.display(), String::from_utf8_lossy(&out.stderr));
+    }
+    let eps: Vec<String> = String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect();
+    eprintln!("bench: etcd: {} on {}", if tls.is_some() { "mutual TLS" } else { "plaintext" }, eps.join(","));
+    Ok((eps, tls))
+}
+
+/// A base port for the etcd script (members use base+10·i and base+10·i+1, i = 1..3)
+/// whose six ports are free now, so benches running side by side do not collide.
+fn free_etcd_base() -> anyhow::Result<u16> {
+    for _ in 0..200 {
+        let base = rand::thread_rng().gen_range(20_000u16..50_000);
+        let ports = (1..=3u16).flat_map(|i| [base + 10 * i, base + 10 * i + 1]);
+        let bound: Vec<_> = ports.map(|p| std::net::TcpListener::bind(("127.0.0.1", p))).collect();
+        if bound.iter().all(Result::is_ok) {
+            return Ok(base);
+        }
+    }
+    bail!("no free loopback ports for etcd")
+}
+
+pub(crate) fn find_etcd_script(explicit: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
     if let Some(p) = explicit {
         return Ok(p.clone());
     }
@@ -270,7 +307,7 @@ fn find_etcd_script(explicit: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
 /// A throw-away CA with a server certificate for the etcd members (127.0.0.1, both
 /// server and client auth, for client and peer traffic) and a client certificate, saved
 /// in `dir` as the etcd start script expects; returns the client's identity.
-fn write_etcd_tls(dir: &std::path::Path) -> anyhow::Result<PeerTls> {
+pub(crate) fn write_etcd_tls(dir: &std::path::Path) -> anyhow::Result<PeerTls> {
     let ca = keelson_pki::ClusterCa::generate("etcd-bench")?;
     let names = ["127.0.0.1".to_string(), "localhost".to_string()];
     ca.issue_serving("etcd", &names)?.save(dir, "server")?;
@@ -324,22 +361,8 @@ pub async fn run_store_bench(args: StoreBenchArgs) -> anyhow::Result<()> {
     } else if args.compare_etcd || args.etcd_only {
         let script = find_etcd_script(&args.etcd_script)?;
         let dir = tmp.path().join("etcd");
-        let mut start = tokio::process::Command::new("bash");
-        start.arg(&script).arg("start").arg(&dir);
-        let etcd_tls = if args.etcd_plaintext {
-            None
-        } else {
-            let tls_dir = tmp.path().join("etcd-tls");
-            let client = write_etcd_tls(&tls_dir)?;
-            start.env("ETCD_TLS_DIR", &tls_dir);
-            Some(client)
-        };
-        let out = start.output().await?;
-        if !out.status.success() {
-            bail!("{} start failed: {}", script.display(), String::from_utf8_lossy(&out.stderr));
-        }
-        let eps: Vec<String> = String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect();
-        eprintln!("bench: etcd: {} on {}", if etcd_tls.is_some() { "mutual TLS" } else { "plaintext" }, eps.join(","));
+        let tls_dir = (!args.etcd_plaintext).then(|| tmp.path().join("etcd-tls"));
+        let (eps, etcd_tls) = start_etcd(&script, &dir, tls_dir.as_deref()).await?;
         let res = bench_system("etcd", &eps, &args, etcd_tls.as_ref()).await;
         let _ = tokio::process::Command::new("bash").arg(&script).arg("stop").arg(&dir).output().await;
         etcd = Some(res?);
