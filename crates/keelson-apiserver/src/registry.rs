@@ -54,15 +54,7 @@ pub fn now_micro_rfc3339() -> String {
 
 fn mint() -> Minted {
     let mut rng = rand::thread_rng();
-    let b: [u8; 16] = rng.gen();
-    let uid = format!(
-        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
-        u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
-        u16::from_be_bytes([b[4], b[5]]),
-        u16::from_be_bytes([b[6], b[7]]) & 0x0fff,
-        (u16::from_be_bytes([b[8], b[9]]) & 0x3fff) | 0x8000,
-        u64::from_be_bytes([0, 0, b[10], b[11], b[12], b[13], b[14], b[15]])
-    );
+    let uid = uuid::Uuid::new_v4().to_string();
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let suffix = (0..5).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect();
     Minted { now: now_rfc3339(), uid, suffix }
@@ -425,4 +417,18 @@ fn graceful_period(def: &ResourceDef, obj: &Value, requested: Option<i64>) -> i6
 
 fn grace_unchanged(obj: &Value, grace: i64) -> bool {
     obj.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64) == Some(grace.max(0))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn minted_uids_are_random_v4_uuids_and_suffixes_use_the_name_alphabet() {
+        let (a, b) = (super::mint(), super::mint());
+        let parsed = uuid::Uuid::parse_str(&a.uid).expect("a UUID");
+        assert_eq!((parsed.get_version_num(), parsed.get_variant()), (4, uuid::Variant::RFC4122), "{}", a.uid);
+        assert_eq!(a.uid, parsed.hyphenated().to_string(), "lower-case, hyphenated");
+        assert_ne!(a.uid, b.uid);
+        assert_eq!(a.suffix.len(), 5);
+        assert!(a.suffix.bytes().all(|c| b"bcdfghjklmnpqrstvwxz2456789".contains(&c)), "{}", a.suffix);
+    }
 }

@@ -341,49 +341,17 @@ pub fn time_to_json(
     if !(0..1_000_000_000).contains(&nanos) {
         return Err(out_of_range());
     }
-    let days = secs.div_euclid(86_400);
-    let second_of_day = secs.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
-    if !(0..=9999).contains(&year) {
+    // Civil time, not `jiff::Timestamp`: a timestamp stops a day short of 9999-12-31
+    // (room for offsets), and Kubernetes' times reach its end.
+    let epoch = jiff::civil::date(1970, 1, 1).at(0, 0, 0, 0);
+    let civil = epoch.checked_add(jiff::SignedDuration::new(secs, nanos)).map_err(|_| out_of_range())?;
+    if !(0..=9999).contains(&civil.year()) {
         return Err(out_of_range());
     }
-    let (h, m, s) = (
-        second_of_day / 3600,
-        second_of_day / 60 % 60,
-        second_of_day % 60,
-    );
-    let mut text = format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}");
-    if micro {
-        text.push_str(&format!(".{:06}", nanos / 1000));
-    }
-    text.push('Z');
+    // `%.6f` truncates to microseconds, as Go's MicroTime marshalling does.
+    let format = if micro { "%Y-%m-%dT%H:%M:%S%.6fZ" } else { "%Y-%m-%dT%H:%M:%SZ" };
+    let text = civil.strftime(format).to_string();
     Ok(Some(Value::String(text)))
-}
-
-/// Converts a day count relative to 1970-01-01 into a proleptic Gregorian
-/// `(year, month, day)`, working in 400-year eras that start on March 1st
-/// so that the leap day falls at the end of each year.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    const DAYS_PER_ERA: i64 = 146_097; // 400 Gregorian years
-                                       // Shift the origin from 1970-01-01 to 0000-03-01.
-    let shifted = days + 719_468;
-    let era = shifted.div_euclid(DAYS_PER_ERA);
-    let day_of_era = shifted.rem_euclid(DAYS_PER_ERA); // 0..=146096
-                                                       // Year within the era, correcting for the 4/100/400-year leap rules.
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    // Months counted from March (0) to February (11), with 153-day
-    // five-month cycles.
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * month_from_march + 2) / 5 + 1) as u32;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month as u32, day)
 }
 
 #[cfg(test)]
@@ -538,6 +506,10 @@ mod tests {
             t(Some(GO_ZERO_TIME_UNIX + 1), None, false).unwrap(),
             Some(json!("0001-01-01T00:00:01Z"))
         );
+        assert_eq!(
+            t(Some(GO_ZERO_TIME_UNIX - 86_400), Some(999_999_999), true).unwrap(),
+            Some(json!("0000-12-31T00:00:00.999999Z"))
+        );
     }
 
     #[test]
@@ -547,27 +519,5 @@ mod tests {
         assert!(t(Some(i64::MIN), None, false).is_err());
         assert!(t(Some(0), Some(-1), false).is_err());
         assert!(t(Some(0), Some(1_000_000_000), false).is_err());
-    }
-
-    #[test]
-    fn civil_dates_match_known_days() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(-719_468), (0, 3, 1));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(civil_from_days(11_017), (2000, 3, 1));
-        assert_eq!(civil_from_days(-1), (1969, 12, 31));
-        // Every day of a 400-year era advances the date by exactly one.
-        let mut prev = civil_from_days(-1);
-        for d in 0..146_097 {
-            let cur = civil_from_days(d);
-            let next_day = (prev.0, prev.1, prev.2 + 1);
-            let next_month = (prev.0, prev.1 + 1, 1);
-            let next_year = (prev.0 + 1, 1, 1);
-            assert!(
-                cur == next_day || cur == next_month || cur == next_year,
-                "{prev:?} -> {cur:?}"
-            );
-            prev = cur;
-        }
     }
 }

@@ -88,7 +88,7 @@ pub(crate) async fn run(replica: Replica, mut rx: mpsc::UnboundedReceiver<Waiter
 }
 
 async fn send_batch(replica: Replica, addr: String, items: Group) {
-    replica.stats().forwarded.add(items.len() as u64);
+    replica.stats().forwarded.inc_by(items.len() as u64);
     let (txns, waiters): (Vec<TxnRequest>, Vec<_>) = items.into_iter().unzip();
     let replies = call(&replica, &addr, &txns).await;
     match replies {

@@ -1,53 +1,86 @@
-//! Prometheus text exposition of Raft, storage and request metrics.
+//! Prometheus exposition of Raft, storage and request metrics (the Prometheus
+//! project's `prometheus-client`): gauges read from the replica's status at each
+//! scrape, and the request counters of [`ReplicaStats`](crate::ReplicaStats).
 
-use std::fmt::Write;
-
+use keelson_client::api::MemberStatus;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::replica::Replica;
+use crate::stats::ReplicaStats;
 
-/// Renders this replica's metrics in the Prometheus text format.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ColumnFamily {
+    cf: &'static str,
+}
+
+type Pick<T, V> = fn(&T) -> V;
+
+/// A column family's name, live SST bytes, memtable bytes and estimated keys.
+type EngineSize = (&'static str, u64, u64, u64);
+
+const STATUS_GAUGES: [(&str, &str, Pick<MemberStatus, i64>); 10] = [
+    ("keelson_raft_is_leader", "1 if this replica leads", |st| i64::from(st.role == "leader")),
+    ("keelson_raft_term", "Current Raft term", |st| st.term as i64),
+    ("keelson_raft_last_log_index", "Index of the last log entry", |st| st.last_log_index as i64),
+    ("keelson_raft_committed_index", "Index of the last committed entry known here", |st| st.committed_index as i64),
+    ("keelson_raft_applied_index", "Index of the last applied entry", |st| st.applied_index as i64),
+    ("keelson_raft_snapshot_index", "Last log index covered by the current snapshot", |st| st.snapshot_index as i64),
+    ("keelson_raft_purged_index", "Last purged log index", |st| st.purged_index as i64),
+    ("keelson_raft_members", "Members in the membership config", |st| st.members.len() as i64),
+    ("keelson_store_revision", "Current store revision", |st| st.revision),
+    ("keelson_store_compacted_revision", "Revision history is compacted up to", |st| st.compacted_revision),
+];
+
+/// Per column family: name, help, and which of `engine_sizes`' numbers.
+const ENGINE_GAUGES: [(&str, &str, Pick<EngineSize, u64>); 3] = [
+    ("keelson_rocksdb_live_sst_bytes", "Live SST file bytes per column family", |s| s.1),
+    ("keelson_rocksdb_memtable_bytes", "Memtable bytes per column family", |s| s.2),
+    ("keelson_rocksdb_estimated_keys", "Estimated keys per column family", |s| s.3),
+];
+
+// Help texts without their final full stop: the encoder adds one.
+
+/// Counters, named without the `_total` the encoder appends to their samples.
+const COUNTERS: [(&str, &str, Pick<ReplicaStats, crate::stats::Counter>); 8] = [
+    ("keelson_store_reads", "Range reads served", |s| s.reads.clone()),
+    ("keelson_store_writes", "Writes committed through this replica", |s| s.writes.clone()),
+    ("keelson_store_forwarded", "Writes forwarded to the leader", |s| s.forwarded.clone()),
+    ("keelson_read_index_rounds", "ReadIndex rounds (each serves a batch of reads)", |s| s.read_index_rounds.clone()),
+    ("keelson_watches_started", "Watches started", |s| s.watches_started.clone()),
+    ("keelson_watch_events_sent", "Watch events sent", |s| s.watch_events_sent.clone()),
+    ("keelson_watches_canceled_slow", "Watches canceled for being too slow", |s| s.watches_canceled_slow.clone()),
+    ("keelson_compactions", "Compactions proposed by this replica", |s| s.compactions.clone()),
+];
+
+/// Renders this replica's metrics in the Prometheus text format (without the
+/// OpenMetrics `# EOF` line, so other components' metrics can follow on the page).
 pub fn render(replica: &Replica) -> String {
-    let st = replica.status();
-    let s = replica.stats();
-    let mut out = String::new();
-    let mut gauge = |name: &str, help: &str, v: f64| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-    };
-    gauge("keelson_raft_is_leader", "1 if this replica leads.", f64::from(u8::from(st.role == "leader")));
-    gauge("keelson_raft_term", "Current Raft term.", st.term as f64);
-    gauge("keelson_raft_last_log_index", "Index of the last log entry.", st.last_log_index as f64);
-    gauge("keelson_raft_committed_index", "Index of the last committed entry known here.", st.committed_index as f64);
-    gauge("keelson_raft_applied_index", "Index of the last applied entry.", st.applied_index as f64);
-    gauge("keelson_raft_snapshot_index", "Last log index covered by the current snapshot.", st.snapshot_index as f64);
-    gauge("keelson_raft_purged_index", "Last purged log index.", st.purged_index as f64);
-    gauge("keelson_raft_members", "Members in the membership config.", st.members.len() as f64);
-    gauge("keelson_store_revision", "Current store revision.", st.revision as f64);
-    gauge("keelson_store_compacted_revision", "Revision history is compacted up to.", st.compacted_revision as f64);
-    let sizes = replica.state().store.backend().engine_sizes();
-    type Size = fn(&(&str, u64, u64, u64)) -> u64;
-    let families: [(&str, &str, Size); 3] = [
-        ("keelson_rocksdb_live_sst_bytes", "Live SST file bytes per column family.", |s| s.1),
-        ("keelson_rocksdb_memtable_bytes", "Memtable bytes per column family.", |s| s.2),
-        ("keelson_rocksdb_estimated_keys", "Estimated keys per column family.", |s| s.3),
-    ];
-    for (name, help, pick) in families {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-        for size in &sizes {
-            let _ = writeln!(out, "{name}{{cf=\"{}\"}} {}", size.0, pick(size));
-        }
+    encode(&replica.status(), &replica.state().store.backend().engine_sizes(), replica.stats())
+}
+
+fn encode(status: &MemberStatus, sizes: &[EngineSize], stats: &ReplicaStats) -> String {
+    let mut registry = Registry::default();
+    for (name, help, pick) in STATUS_GAUGES {
+        let gauge = Gauge::<i64>::default();
+        gauge.set(pick(status));
+        registry.register(name, help, gauge);
     }
-    let mut counter = |name: &str, help: &str, v: u64| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
-    };
-    counter("keelson_store_reads_total", "Range reads served.", s.reads.get());
-    counter("keelson_store_writes_total", "Writes committed through this replica.", s.writes.get());
-    counter("keelson_store_forwarded_total", "Writes forwarded to the leader.", s.forwarded.get());
-    counter("keelson_read_index_rounds_total", "ReadIndex rounds (each serves a batch of reads).", s.read_index_rounds.get());
-    counter("keelson_watches_started_total", "Watches started.", s.watches_started.get());
-    counter("keelson_watch_events_sent_total", "Watch events sent.", s.watch_events_sent.get());
-    counter("keelson_watches_canceled_slow_total", "Watches canceled for being too slow.", s.watches_canceled_slow.get());
-    counter("keelson_compactions_total", "Compactions proposed by this replica.", s.compactions.get());
+    for (name, help, pick) in ENGINE_GAUGES {
+        let family = Family::<ColumnFamily, Gauge>::default();
+        for size in sizes {
+            family.get_or_create(&ColumnFamily { cf: size.0 }).set(pick(size) as i64);
+        }
+        registry.register(name, help, family);
+    }
+    for (name, help, pick) in COUNTERS {
+        registry.register(name, help, pick(stats));
+    }
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode_registry(&mut out, &registry).expect("writing to a String cannot fail");
     out
 }
 
@@ -70,5 +103,45 @@ pub(crate) async fn serve(replica: Replica, extra: Option<crate::config::ExtraMe
     );
     if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await {
         tracing::warn!(error = %e, "metrics server failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gauges_per_column_family_and_counters() {
+        let status = MemberStatus {
+            id: 1,
+            name: "a".into(),
+            addr: "127.0.0.1:1".into(),
+            role: "leader".into(),
+            term: 3,
+            leader: Some(1),
+            last_log_index: 9,
+            committed_index: 9,
+            applied_index: 9,
+            snapshot_index: 0,
+            purged_index: 0,
+            revision: 42,
+            compacted_revision: 0,
+            members: Vec::new(),
+        };
+        let stats = ReplicaStats::default();
+        stats.writes.inc_by(7);
+        let text = encode(&status, &[("state", 10, 20, 30), ("raft_log", 1, 2, 3)], &stats);
+        for line in [
+            "# TYPE keelson_raft_is_leader gauge\nkeelson_raft_is_leader 1\n",
+            "\nkeelson_raft_term 3\n",
+            "\nkeelson_store_revision 42\n",
+            "keelson_rocksdb_memtable_bytes{cf=\"state\"} 20\n",
+            "keelson_rocksdb_estimated_keys{cf=\"raft_log\"} 3\n",
+            "# HELP keelson_store_writes Writes committed through this replica.\n# TYPE keelson_store_writes counter\nkeelson_store_writes_total 7\n",
+            "\nkeelson_compactions_total 0\n",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from\n{text}");
+        }
+        assert!(!text.contains("# EOF"), "{text}");
     }
 }

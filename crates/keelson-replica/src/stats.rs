@@ -1,21 +1,7 @@
-//! Counters this replica exports as Prometheus metrics.
+//! Counters this replica exports as Prometheus metrics (`metrics`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
-#[derive(Default)]
-pub struct Counter(AtomicU64);
-
-impl Counter {
-    pub fn inc(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-    pub fn add(&self, n: u64) {
-        self.0.fetch_add(n, Ordering::Relaxed);
-    }
-    pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
+/// A Prometheus counter (shared: clones count together).
+pub use prometheus_client::metrics::counter::Counter;
 
 /// Request and watch counters of one replica.
 #[derive(Default)]

@@ -258,7 +258,7 @@ impl Watcher {
         let env = Envelope { payload: postcard::to_stdvec(&resp).map_err(|e| Stop::Canceled(e.to_string()))? };
         match self.out.send_timeout(Ok(env), self.slow_timeout).await {
             Ok(()) => {
-                self.replica.stats().watch_events_sent.add(n_events);
+                self.replica.stats().watch_events_sent.inc_by(n_events);
                 Ok(())
             }
             Err(mpsc::error::SendTimeoutError::Closed(_)) => Err(Stop::Quiet),

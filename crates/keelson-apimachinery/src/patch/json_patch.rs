@@ -3,9 +3,16 @@
 //!
 //! [`apply`] runs the operations in order on a copy of the document and
 //! returns the result, or the first error; the input is never modified, so a
-//! failed patch has no effect (atomicity).
+//! failed patch has no effect (atomicity). The operations themselves are the
+//! `json-patch` crate's; what stays here is Kubernetes' side: the error
+//! wording API clients see, and `test`'s JSON (not `serde_json`) equality.
 
-use serde_json::Value;
+use json_patch::jsonptr::{self, Pointer, PointerBuf};
+use json_patch::{
+    AddOperation, CopyOperation, MoveOperation, PatchErrorKind, PatchOperation, RemoveOperation,
+    ReplaceOperation, TestOperation,
+};
+use serde_json::{Map, Value};
 
 /// Why a JSON patch could not be applied. Every variant except
 /// [`NotAnArray`](JsonPatchError::NotAnArray) names the zero-based index of
@@ -104,13 +111,42 @@ pub enum JsonPatchError {
 /// with JSON equality (numbers by value, so `1` equals `1.0`; object member
 /// order is irrelevant). Members other than `op`, `path`, `from`, `value`
 /// are ignored.
+///
+/// The operations are read here (so a malformed one is named as
+/// Kubernetes users see it) and applied by the `json-patch` crate one at a
+/// time; when the crate refuses one, the location is resolved again with
+/// `jsonptr` to say exactly what is wrong with it. `test` is judged here:
+/// the crate compares with `serde_json` equality, under which `1 != 1.0`.
 pub fn apply(doc: &Value, patch: &Value) -> Result<Value, JsonPatchError> {
     let Value::Array(ops) = patch else {
         return Err(JsonPatchError::NotAnArray { found: kind(patch) });
     };
     let mut doc = doc.clone();
     for (index, op) in ops.iter().enumerate() {
-        apply_op(&mut doc, index, op)?;
+        let (ctx, op) = read_op(index, op)?;
+        match &op {
+            PatchOperation::Remove(r) if r.path.is_root() => {
+                return Err(JsonPatchError::RemoveRoot { index })
+            }
+            // Moving a value onto itself changes nothing, but it must exist.
+            PatchOperation::Move(m) if m.path == m.from => {
+                existing(&doc, &m.from).map_err(|f| ctx.fault(&m.from, f))?;
+            }
+            PatchOperation::Move(m) if m.path.starts_with(&m.from) => {
+                let (from, path) = (m.from.to_string(), m.path.to_string());
+                return Err(JsonPatchError::MoveIntoChild { index, from, path });
+            }
+            PatchOperation::Test(t) => test(&ctx, &doc, t)?,
+            _ => {
+                if let Err(e) = json_patch::patch_unsafe(&mut doc, std::slice::from_ref(&op)) {
+                    // The crate changes nothing before refusing, except that a
+                    // refused `move` has already removed its `from`, as RFC
+                    // 6902 describes it; `doc` is the document the failing
+                    // location is judged on either way.
+                    return Err(ctx.explain(&doc, &op, &e.kind));
+                }
+            }
+        }
     }
     Ok(doc)
 }
@@ -130,8 +166,8 @@ struct Ctx {
 }
 
 impl Ctx {
-    fn fault(&self, pointer: &str, fault: Fault) -> JsonPatchError {
-        let (index, op, pointer) = (self.index, self.op, pointer.to_owned());
+    fn fault(&self, pointer: &Pointer, fault: Fault) -> JsonPatchError {
+        let (index, op, pointer) = (self.index, self.op, pointer.to_string());
         match fault {
             Fault::NotFound => JsonPatchError::PathNotFound { index, op, pointer },
             Fault::BadIndex(token) => JsonPatchError::InvalidArrayIndex {
@@ -165,13 +201,8 @@ impl Ctx {
         }
     }
 
-    /// Reads the string member `name` (`path` or `from`) and parses it as a
-    /// JSON Pointer, returning the raw text and its unescaped tokens.
-    fn pointer<'a>(
-        &self,
-        op: &'a serde_json::Map<String, Value>,
-        name: &str,
-    ) -> Result<(&'a str, Vec<String>), JsonPatchError> {
+    /// Reads the string member `name` (`path` or `from`) as a JSON Pointer.
+    fn pointer(&self, op: &Map<String, Value>, name: &str) -> Result<PointerBuf, JsonPatchError> {
         let text = match op.get(name) {
             Some(Value::String(s)) => s.as_str(),
             Some(other) => {
@@ -180,17 +211,46 @@ impl Ctx {
             }
             None => return Err(self.malformed(format!("missing \"{name}\""))),
         };
-        let tokens = parse_pointer(text).map_err(|reason| JsonPatchError::InvalidPointer {
+        PointerBuf::parse(text).map_err(|e| JsonPatchError::InvalidPointer {
             index: self.index,
             op: self.op,
             pointer: text.to_owned(),
-            reason,
-        })?;
-        Ok((text, tokens))
+            reason: match e.original() {
+                jsonptr::ParseError::NoLeadingSlash => "a non-empty pointer must start with '/'",
+                jsonptr::ParseError::InvalidEncoding { .. } => "'~' must be followed by '0' or '1'",
+            },
+        })
+    }
+
+    /// The precise reason the crate refused `op` (`kind` says whether it was
+    /// the `from` or the `path` location), judged on `doc`.
+    fn explain(&self, doc: &Value, op: &PatchOperation, kind: &PatchErrorKind) -> JsonPatchError {
+        let from = match op {
+            PatchOperation::Move(m) => Some(&m.from),
+            PatchOperation::Copy(c) => Some(&c.from),
+            _ => None,
+        };
+        let (pointer, insert) = match (kind, from) {
+            (PatchErrorKind::InvalidFromPointer, Some(from)) => (&**from, false),
+            _ => (
+                op.path(),
+                matches!(
+                    op,
+                    PatchOperation::Add(_) | PatchOperation::Move(_) | PatchOperation::Copy(_)
+                ),
+            ),
+        };
+        let found = if insert {
+            insertion_point(doc, pointer)
+        } else {
+            existing(doc, pointer).map(drop)
+        };
+        self.fault(pointer, found.err().unwrap_or(Fault::NotFound))
     }
 }
 
-fn apply_op(doc: &mut Value, index: usize, op: &Value) -> Result<(), JsonPatchError> {
+/// Reads operation `index`: its `op`, then `path`, then `from` or `value`.
+fn read_op(index: usize, op: &Value) -> Result<(Ctx, PatchOperation), JsonPatchError> {
     let mut ctx = Ctx { index, op: "?" };
     let Value::Object(op) = op else {
         return Err(ctx.malformed(format!("expected an object, got {}", kind(op))));
@@ -216,167 +276,112 @@ fn apply_op(doc: &mut Value, index: usize, op: &Value) -> Result<(), JsonPatchEr
             })
         }
     };
-    let (path, tokens) = ctx.pointer(op, "path")?;
+    let path = ctx.pointer(op, "path")?;
     let value = || {
         op.get("value")
             .cloned()
             .ok_or_else(|| ctx.malformed("missing \"value\""))
     };
-    match ctx.op {
-        "add" => add(doc, &tokens, value()?).map_err(|f| ctx.fault(path, f)),
-        "remove" if tokens.is_empty() => Err(JsonPatchError::RemoveRoot { index }),
-        "remove" => remove(doc, &tokens)
-            .map(drop)
-            .map_err(|f| ctx.fault(path, f)),
-        "replace" => {
-            let new = value()?;
-            *get_mut(doc, &tokens).map_err(|f| ctx.fault(path, f))? = new;
-            Ok(())
-        }
-        "move" => {
-            let (from, from_tokens) = ctx.pointer(op, "from")?;
-            if from_tokens == tokens {
-                // Moving a value onto itself is a no-op, but it must exist.
-                return get(doc, &from_tokens)
-                    .map(drop)
-                    .map_err(|f| ctx.fault(from, f));
-            }
-            if tokens.starts_with(&from_tokens) {
-                let (from, path) = (from.to_owned(), path.to_owned());
-                return Err(JsonPatchError::MoveIntoChild { index, from, path });
-            }
-            let moved = remove(doc, &from_tokens).map_err(|f| ctx.fault(from, f))?;
-            add(doc, &tokens, moved).map_err(|f| ctx.fault(path, f))
-        }
-        "copy" => {
-            let (from, from_tokens) = ctx.pointer(op, "from")?;
-            let copied = get(doc, &from_tokens)
-                .map_err(|f| ctx.fault(from, f))?
-                .clone();
-            add(doc, &tokens, copied).map_err(|f| ctx.fault(path, f))
-        }
-        _ => {
-            let expected = value()?;
-            let actual = get(doc, &tokens).map_err(|f| ctx.fault(path, f))?;
-            if json_equal(actual, &expected) {
-                Ok(())
-            } else {
-                Err(JsonPatchError::TestFailed {
-                    index,
-                    pointer: path.to_owned(),
-                    expected: expected.to_string(),
-                    actual: actual.to_string(),
-                })
-            }
-        }
-    }
-}
-
-/// Splits an RFC 6901 pointer into unescaped reference tokens
-/// (`~1` → `/`, `~0` → `~`). `""` is the whole document (no tokens).
-fn parse_pointer(pointer: &str) -> Result<Vec<String>, &'static str> {
-    if pointer.is_empty() {
-        return Ok(Vec::new());
-    }
-    let Some(rest) = pointer.strip_prefix('/') else {
-        return Err("a non-empty pointer must start with '/'");
+    let op = match ctx.op {
+        "add" => PatchOperation::Add(AddOperation {
+            path,
+            value: value()?,
+        }),
+        "remove" => PatchOperation::Remove(RemoveOperation { path }),
+        "replace" => PatchOperation::Replace(ReplaceOperation {
+            path,
+            value: value()?,
+        }),
+        "move" => PatchOperation::Move(MoveOperation {
+            from: ctx.pointer(op, "from")?,
+            path,
+        }),
+        "copy" => PatchOperation::Copy(CopyOperation {
+            from: ctx.pointer(op, "from")?,
+            path,
+        }),
+        _ => PatchOperation::Test(TestOperation {
+            path,
+            value: value()?,
+        }),
     };
-    rest.split('/')
-        .map(|token| {
-            let mut out = String::with_capacity(token.len());
-            let mut chars = token.chars();
-            while let Some(c) = chars.next() {
-                if c != '~' {
-                    out.push(c);
-                    continue;
-                }
-                match chars.next() {
-                    Some('0') => out.push('~'),
-                    Some('1') => out.push('/'),
-                    _ => return Err("'~' must be followed by '0' or '1'"),
-                }
+    Ok((ctx, op))
+}
+
+fn test(ctx: &Ctx, doc: &Value, t: &TestOperation) -> Result<(), JsonPatchError> {
+    let actual = existing(doc, &t.path).map_err(|f| ctx.fault(&t.path, f))?;
+    if json_equal(actual, &t.value) {
+        return Ok(());
+    }
+    Err(JsonPatchError::TestFailed {
+        index: ctx.index,
+        pointer: t.path.to_string(),
+        expected: t.value.to_string(),
+        actual: actual.to_string(),
+    })
+}
+
+/// Resolves an existing location. `-` names the (nonexistent) element past
+/// the end of an array, so it is not found rather than out of bounds.
+fn existing<'a>(doc: &'a Value, pointer: &Pointer) -> Result<&'a Value, Fault> {
+    use jsonptr::resolve::Error;
+    pointer.resolve(doc).map_err(|e| {
+        let position = match e {
+            Error::NotFound { .. } => return Fault::NotFound,
+            Error::FailedToParseIndex { position, .. }
+            | Error::OutOfBounds { position, .. }
+            | Error::Unreachable { position, .. } => position,
+        };
+        let token = pointer
+            .get(position)
+            .expect("the failing token is in the pointer");
+        let parent = pointer.get(..position).and_then(|p| p.resolve(doc).ok());
+        match (e, parent) {
+            (Error::Unreachable { .. }, Some(parent)) => {
+                Fault::NotContainer(token.decoded().into_owned(), kind(parent))
             }
-            Ok(out)
-        })
-        .collect()
-}
-
-/// Parses an array index token: `0` or a decimal without leading zeros.
-fn array_index(token: &str) -> Result<usize, Fault> {
-    let digits = !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit());
-    if !digits || (token.len() > 1 && token.starts_with('0')) {
-        return Err(Fault::BadIndex(token.to_owned()));
-    }
-    // All digits but too large for usize: certainly out of bounds.
-    Ok(token.parse().unwrap_or(usize::MAX))
-}
-
-/// The existing element of `container` named by `token`. `-` names the
-/// (nonexistent) element past the end of an array.
-fn child<'a>(container: &'a Value, token: &str) -> Result<&'a Value, Fault> {
-    match container {
-        Value::Object(map) => map.get(token).ok_or(Fault::NotFound),
-        Value::Array(_) if token == "-" => Err(Fault::NotFound),
-        Value::Array(items) => {
-            let i = array_index(token)?;
-            items.get(i).ok_or(Fault::OutOfBounds(i, items.len()))
+            (Error::OutOfBounds { .. }, _) if token.encoded() == "-" => Fault::NotFound,
+            (Error::OutOfBounds { source, .. }, _) => {
+                Fault::OutOfBounds(source.index, source.length)
+            }
+            (_, parent) => index_fault(
+                &token.decoded(),
+                parent.and_then(Value::as_array).map_or(0, Vec::len),
+            ),
         }
-        other => Err(Fault::NotContainer(token.to_owned(), kind(other))),
-    }
+    })
 }
 
-fn get<'a>(doc: &'a Value, tokens: &[String]) -> Result<&'a Value, Fault> {
-    tokens.iter().try_fold(doc, |v, t| child(v, t))
-}
-
-fn get_mut<'a>(doc: &'a mut Value, tokens: &[String]) -> Result<&'a mut Value, Fault> {
-    let mut current = doc;
-    for token in tokens {
-        // Resolve immutably first for uniform errors, then take the same path mutably.
-        child(current, token)?;
-        current = match current {
-            Value::Object(map) => map.get_mut(token.as_str()),
-            Value::Array(items) => items.get_mut(array_index(token)?),
-            _ => None,
-        }
-        .ok_or(Fault::NotFound)?;
-    }
-    Ok(current)
-}
-
-fn add(doc: &mut Value, tokens: &[String], value: Value) -> Result<(), Fault> {
-    let Some((last, parent)) = tokens.split_last() else {
-        *doc = value;
+/// Checks the location an `add` writes to: its parent must exist and be an
+/// object, or an array with the last token `-` or an index `0..=len`.
+fn insertion_point(doc: &Value, pointer: &Pointer) -> Result<(), Fault> {
+    let Some((parent, last)) = pointer.split_back() else {
         return Ok(());
     };
-    match get_mut(doc, parent)? {
-        Value::Object(map) => {
-            map.insert(last.clone(), value);
-        }
-        Value::Array(items) if last == "-" => items.push(value),
-        Value::Array(items) => {
-            let i = array_index(last)?;
-            if i > items.len() {
-                return Err(Fault::OutOfBounds(i, items.len()));
-            }
-            items.insert(i, value);
-        }
-        other => return Err(Fault::NotContainer(last.clone(), kind(other))),
+    match existing(doc, parent)? {
+        Value::Object(_) => Ok(()),
+        Value::Array(items) => match last.to_index() {
+            Ok(i) => i
+                .for_len_incl(items.len())
+                .map(drop)
+                .map_err(|e| Fault::OutOfBounds(e.index, e.length)),
+            Err(_) => Err(index_fault(&last.decoded(), items.len())),
+        },
+        other => Err(Fault::NotContainer(
+            last.decoded().into_owned(),
+            kind(other),
+        )),
     }
-    Ok(())
 }
 
-/// Removes and returns the value at `tokens` (which must be non-empty).
-fn remove(doc: &mut Value, tokens: &[String]) -> Result<Value, Fault> {
-    let Some((last, parent)) = tokens.split_last() else {
-        return Err(Fault::NotFound);
-    };
-    let parent = get_mut(doc, parent)?;
-    child(parent, last)?;
-    match parent {
-        Value::Object(map) => map.remove(last.as_str()).ok_or(Fault::NotFound),
-        Value::Array(items) => Ok(items.remove(array_index(last)?)),
-        _ => Err(Fault::NotFound),
+/// An array index that does not parse: all digits but beyond `usize` is
+/// certainly out of bounds; anything else (leading zeros, signs, letters)
+/// is not an index.
+fn index_fault(token: &str, len: usize) -> Fault {
+    if !token.is_empty() && !token.starts_with('0') && token.bytes().all(|b| b.is_ascii_digit()) {
+        Fault::OutOfBounds(usize::MAX, len)
+    } else {
+        Fault::BadIndex(token.to_owned())
     }
 }
 
@@ -460,6 +465,9 @@ mod tests {
             {"a":[1]} | [{"op":"add","path":"/a/2","value":3}] | ERR IndexOutOfBounds: "/a/2": array index 2 out of bounds (array length 1)
             {"a":[1]} | [{"op":"add","path":"/a/01","value":3}] | ERR InvalidArrayIndex: invalid array index "01"
             {"a":[1]} | [{"op":"add","path":"/a/x","value":3}] | ERR InvalidArrayIndex: "x"
+            {"a":[1]} | [{"op":"add","path":"/a/x~1y","value":3}] | ERR InvalidArrayIndex: "/a/x~1y": invalid array index "x/y"
+            {"a":[1]} | [{"op":"add","path":"/a/99999999999999999999999","value":3}] | ERR IndexOutOfBounds: array index 18446744073709551615 out of bounds (array length 1)
+            {"a":[[1]]} | [{"op":"add","path":"/a/+0/0","value":3}] | ERR InvalidArrayIndex: invalid array index "+0"
             {"a":1} | [{"op":"add","path":"/b/c","value":3}] | ERR PathNotFound: operation 0 (add) failed: location "/b/c" does not exist
             {"a":1} | [{"op":"add","path":"/a/c","value":3}] | ERR NotAContainer: cannot look up "c" in a number
             {"a":1} | [{"op":"add","path":"/b"}] | ERR MalformedOperation: operation 0: missing "value"
@@ -494,6 +502,9 @@ mod tests {
             {"a":{"b":1},"c":[]} | [{"op":"move","from":"/a/b","path":"/c/-"}] | {"a":{},"c":[1]}
             {"a":[1,2,3]} | [{"op":"move","from":"/a/0","path":"/a/2"}] | {"a":[2,3,1]}
             {"a":1} | [{"op":"move","from":"/a","path":"/a"}] | {"a":1}
+            {"a":1} | [{"op":"move","from":"","path":""}] | {"a":1}
+            {"a":[1]} | [{"op":"move","from":"/a/-","path":"/a/-"}] | ERR PathNotFound: location "/a/-" does not exist
+            {"a":[1]} | [{"op":"move","from":"/a/0","path":"/a/5"}] | ERR IndexOutOfBounds: "/a/5": array index 5 out of bounds (array length 0)
             {"a":{"b":1}} | [{"op":"move","from":"/a","path":"/a/b/c"}] | ERR MoveIntoChild: cannot move "/a" into its own child "/a/b/c"
             {"a":1} | [{"op":"move","from":"/x","path":"/y"}] | ERR PathNotFound: location "/x" does not exist
             {"a":1} | [{"op":"move","path":"/y"}] | ERR MalformedOperation: missing "from"

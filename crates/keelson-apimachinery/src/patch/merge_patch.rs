@@ -7,6 +7,10 @@
 //! replaces the target wholesale. It cannot set a member to `null` nor edit
 //! arrays element-wise; that is what JSON patch and strategic merge patch are
 //! for. Merge patches cannot fail, so this module has no error type.
+//!
+//! Applying is the `json-patch` crate's `merge`; computing a patch
+//! ([`create`], Kubernetes' `CreateMergePatch`) is here because that crate
+//! only diffs into RFC 6902 operations.
 
 use serde_json::{Map, Value};
 
@@ -20,22 +24,9 @@ use serde_json::{Map, Value};
 /// Otherwise the result is a copy of `patch`. Consequently the result never
 /// contains a `null` that came from the patch inside an object.
 pub fn apply(target: &Value, patch: &Value) -> Value {
-    let Value::Object(patch) = patch else {
-        return patch.clone();
-    };
-    let mut result = match target {
-        Value::Object(target) => target.clone(),
-        _ => Map::new(),
-    };
-    for (key, change) in patch {
-        if change.is_null() {
-            result.remove(key);
-        } else {
-            let merged = apply(result.get(key).unwrap_or(&Value::Null), change);
-            result.insert(key.clone(), merged);
-        }
-    }
-    Value::Object(result)
+    let mut result = target.clone();
+    json_patch::merge(&mut result, patch);
+    result
 }
 
 /// Computes a merge patch that turns `original` into `modified`.

@@ -4,13 +4,24 @@
 //! macros `@yearly` `@annually` `@monthly` `@weekly` `@daily` `@midnight` `@hourly`.
 //! When both day fields are restricted a day matching either runs (as cron does).
 //!
-//! Times are in the CronJob's time zone. On a day when clocks jump forward, a time in
-//! the gap does not exist and is skipped; when they fall back, a time that occurs twice
-//! runs at each occurrence — both as Kubernetes' schedule library behaves.
+//! Parsing and matching are the `croner` crate's (on jiff); what is Kubernetes' own
+//! is adapted here, on top:
+//! - only robfig's syntax and macros: croner's extensions (seconds and year fields,
+//!   `L`, `W`, `#`, `@reboot`-like nicknames) are refused, and errors name the field
+//!   as Kubernetes' Events do;
+//! - `?` in any field and `*/1` mean `*` (robfig), which croner only takes for `?` in
+//!   the day fields; a day field is unrestricted only when it is `*` (or `?`, `*/1`),
+//!   so `*/2` in a day field is a restriction, as in robfig;
+//! - time zones: croner runs a fixed time in a DST gap just after the gap and a fixed
+//!   time in a fold once; Kubernetes' library skips the gap and runs at each
+//!   occurrence of a fold. So croner is asked for the matching *civil* times only,
+//!   and each is turned into instants here (none in a gap, two in a fold).
 
-use jiff::civil::{Date, DateTime};
+use croner::parser::{CronParser, Seconds, Year};
+use croner::{Cron, Direction};
+use jiff::civil::DateTime;
 use jiff::tz::{AmbiguousOffset, TimeZone};
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 
 /// A schedule could not be read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -23,61 +34,56 @@ pub enum ScheduleError {
     Field { field: &'static str, text: String },
 }
 
-/// A parsed schedule: the set of allowed values of each field as bits.
+/// A parsed schedule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
-    minutes: u64,
-    hours: u64,
-    days: u64,
-    months: u64,
-    weekdays: u64,
-    /// The day-of-month or day-of-week field was `*` or `?` (unrestricted).
-    any_day: bool,
-    any_weekday: bool,
+    cron: Cron,
 }
 
+const FIELDS: [&str; 5] = ["minute", "hour", "day-of-month", "month", "day-of-week"];
 const MONTHS: [&str; 12] = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
 const WEEKDAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
 
-/// The furthest ahead a next time is looked for (as the library Kubernetes uses: 5 years).
-const SEARCH_DAYS: i32 = 366 * 5;
+/// The furthest ahead (or back) a time is looked for (as the library Kubernetes uses: 5 years).
+const SEARCH: SignedDuration = SignedDuration::from_hours(24 * 366 * 5);
+/// More than any DST fold: the civil times this far around a search's start (and its
+/// best answer) can name instants that come first.
+const FOLD_MARGIN: SignedDuration = SignedDuration::from_hours(3);
 
-fn value(s: &str, names: &[&str], offset: u32) -> Option<u32> {
-    if let Ok(n) = s.parse::<u32>() {
-        return Some(n);
-    }
-    let lower = s.to_ascii_lowercase();
-    names.iter().position(|n| *n == lower).map(|i| i as u32 + offset)
-}
-
-/// The bits of one field, values in `min..=max`.
-fn field(text: &str, name: &'static str, min: u32, max: u32, names: &[&str]) -> Result<u64, ScheduleError> {
-    let err = || ScheduleError::Field { field: name, text: text.to_string() };
-    let mut bits = 0u64;
+/// One field in robfig's syntax, written as croner reads it: `?` is `*`, `*/1` is `*`, a
+/// list holding `*` is `*` (once the rest of the list is valid), and `*/N` inside a list
+/// is `min-max/N` (croner takes a star only alone). Returns the field to use and the
+/// field to check; `None` for anything robfig refuses (croner would take `L`, `W`, `#`,
+/// `/10`).
+fn robfig_field(text: &str, (min, max): (u32, u32), names: &[&str]) -> Option<(String, String)> {
+    let number_or_name = |t: &str| !t.is_empty() && (t.bytes().all(|b| b.is_ascii_digit()) || names.contains(&t.to_ascii_lowercase().as_str()));
+    let list = text.contains(',');
+    let (mut parts, mut star) = (Vec::new(), false);
     for part in text.split(',') {
         let (range, step) = match part.split_once('/') {
-            Some((r, s)) => (r, s.parse::<u32>().ok().filter(|s| *s > 0).ok_or_else(err)?),
-            None => (part, 1),
+            Some((r, s)) => (r, Some(s)),
+            None => (part, None),
         };
-        let (lo, hi) = if range == "*" || range == "?" {
-            (min, max)
-        } else if let Some((a, b)) = range.split_once('-') {
-            (value(a, names, min).ok_or_else(err)?, value(b, names, min).ok_or_else(err)?)
-        } else {
-            let v = value(range, names, min).ok_or_else(err)?;
-            // `7/15` means from 7 to the end, every 15.
-            (v, if part.contains('/') { max } else { v })
-        };
-        if lo < min || hi > max || lo > hi {
-            return Err(err());
+        let is_star = range == "*" || range == "?";
+        let range_ok = is_star || range.split_once('-').map_or(number_or_name(range), |(a, b)| number_or_name(a) && number_or_name(b));
+        let step_ok = step.is_none_or(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()));
+        if !(range_ok && step_ok) {
+            return None;
         }
-        let mut v = lo;
-        while v <= hi {
-            bits |= 1 << v;
-            v += step;
+        match (is_star, step) {
+            (true, None | Some("1")) => star = true,
+            (true, Some(s)) if list => parts.push(format!("{min}-{max}/{s}")),
+            (true, Some(s)) => parts.push(format!("*/{s}")),
+            _ => parts.push(part.to_string()),
         }
     }
-    Ok(bits)
+    let check = if parts.is_empty() { "*".to_string() } else { parts.join(",") };
+    Some((if star { "*".to_string() } else { check.clone() }, check))
+}
+
+fn parser() -> CronParser {
+    // sloppy_ranges: robfig's `7/15` (from 7 to the end, every 15).
+    CronParser::builder().seconds(Seconds::Disallowed).year(Year::Disallowed).sloppy_ranges(true).build()
 }
 
 impl Schedule {
@@ -95,91 +101,70 @@ impl Schedule {
         if fields.len() != 5 {
             return Err(ScheduleError::FieldCount(fields.len(), spec.to_string()));
         }
-        let starred = |f: &str| f.starts_with('*') || f.starts_with('?');
-        let mut weekdays = field(fields[4], "day-of-week", 0, 7, &WEEKDAYS)?;
-        if weekdays & (1 << 7) != 0 {
-            weekdays = (weekdays | 1) & !(1 << 7);
+        let mut normalized = Vec::with_capacity(5);
+        for (i, text) in fields.iter().enumerate() {
+            let err = || ScheduleError::Field { field: FIELDS[i], text: text.to_string() };
+            let (range, names): ((u32, u32), &[&str]) = match i {
+                0 => ((0, 59), &[]),
+                1 => ((0, 23), &[]),
+                2 => ((1, 31), &[]),
+                3 => ((1, 12), &MONTHS),
+                _ => ((0, 6), &WEEKDAYS),
+            };
+            let (field, check) = robfig_field(text, range, names).ok_or_else(err)?;
+            // Each field alone, so a refusal names its field.
+            let mut alone = ["*"; 5];
+            alone[i] = &check;
+            parser().parse(&alone.join(" ")).map_err(|_| err())?;
+            normalized.push(field);
         }
-        Ok(Schedule {
-            minutes: field(fields[0], "minute", 0, 59, &[])?,
-            hours: field(fields[1], "hour", 0, 23, &[])?,
-            days: field(fields[2], "day-of-month", 1, 31, &[])?,
-            months: field(fields[3], "month", 1, 12, &MONTHS)?,
-            weekdays,
-            any_day: starred(fields[2]),
-            any_weekday: starred(fields[4]),
+        let cron = parser().parse(&normalized.join(" ")).map_err(|_| ScheduleError::FieldCount(5, spec.to_string()))?;
+        Ok(Schedule { cron })
+    }
+
+    /// The civil times the schedule names, from `start` (inclusive) in `direction`,
+    /// until `limit` (exclusive).
+    fn civil_times(&self, start: DateTime, direction: Direction, limit: DateTime) -> impl Iterator<Item = DateTime> + '_ {
+        self.cron.iter_from(start, direction).take_while(move |c| match direction {
+            Direction::Forward => *c < limit,
+            Direction::Backward => *c > limit,
         })
-    }
-
-    fn day_matches(&self, d: Date) -> bool {
-        if self.months & (1 << d.month() as u32) == 0 {
-            return false;
-        }
-        let dom = self.days & (1 << d.day() as u32) != 0;
-        let dow = self.weekdays & (1 << d.weekday().to_sunday_zero_offset() as u32) != 0;
-        if self.any_day || self.any_weekday {
-            dom && dow
-        } else {
-            dom || dow
-        }
-    }
-
-    /// The scheduled instants of `day`, in civil order, each hour's tried only until two
-    /// hours past the first that `keep` accepts (a fold repeats at most that much).
-    fn day_instants(&self, day: Date, tz: &TimeZone, keep: impl Fn(Timestamp) -> bool) -> Vec<Timestamp> {
-        let mut out = Vec::new();
-        let mut first_hit: Option<i32> = None;
-        for h in (0..24).filter(|h| self.hours & (1 << h) != 0) {
-            if first_hit.is_some_and(|f| h > f + 2) {
-                break;
-            }
-            for m in (0..60).filter(|m| self.minutes & (1 << m) != 0) {
-                for t in instants(tz, day.at(h as i8, m as i8, 0, 0)) {
-                    if keep(t) {
-                        first_hit.get_or_insert(h);
-                        out.push(t);
-                    }
-                }
-            }
-        }
-        out
     }
 
     /// The first scheduled time strictly after `after`, in time zone `tz`.
     pub fn next_after(&self, after: Timestamp, tz: &TimeZone) -> Option<Timestamp> {
-        let start = tz.to_datetime(after).date();
-        let mut day = start.yesterday().unwrap_or(start); // a fold can put `after` a day ahead
-        for _ in 0..SEARCH_DAYS {
-            if self.day_matches(day) {
-                if let Some(t) = self.day_instants(day, tz, |t| t > after).into_iter().min() {
-                    return Some(t);
+        let civil = tz.to_datetime(after);
+        let (start, limit) = (civil.checked_sub(FOLD_MARGIN).ok()?, civil.checked_add(SEARCH).ok()?);
+        let mut best: Option<(Timestamp, DateTime)> = None;
+        for c in self.civil_times(start, Direction::Forward, limit) {
+            if best.is_some_and(|(_, b)| c > b.saturating_add(FOLD_MARGIN)) {
+                break;
+            }
+            for t in instants(tz, c).into_iter().filter(|t| *t > after) {
+                if best.is_none_or(|(b, _)| t < b) {
+                    best = Some((t, c));
                 }
             }
-            day = day.tomorrow().ok()?;
         }
-        None
+        best.map(|(t, _)| t)
     }
 
     /// The last scheduled time at or before `at`, in time zone `tz`, if within 5 years.
     pub fn latest_at_or_before(&self, at: Timestamp, tz: &TimeZone) -> Option<Timestamp> {
-        let start = tz.to_datetime(at).date();
-        let mut day = start.tomorrow().unwrap_or(start);
-        for _ in 0..SEARCH_DAYS {
-            if self.day_matches(day) {
-                // All of the day: the latest, not the first, is wanted.
-                let all: Vec<Timestamp> = (0..24)
-                    .filter(|h| self.hours & (1 << h) != 0)
-                    .flat_map(|h| (0..60).filter(|m| self.minutes & (1u64 << m) != 0).map(move |m| (h, m)))
-                    .flat_map(|(h, m)| instants(tz, day.at(h as i8, m as i8, 0, 0)))
-                    .filter(|t| *t <= at)
-                    .collect();
-                if let Some(t) = all.into_iter().max() {
-                    return Some(t);
+        let civil = tz.to_datetime(at);
+        let (start, limit) = (civil.checked_add(FOLD_MARGIN).ok()?, civil.checked_sub(SEARCH).ok()?);
+        let mut best: Option<(Timestamp, DateTime)> = None;
+        for c in self.civil_times(start, Direction::Backward, limit) {
+            if best.is_some_and(|(_, b)| c < b.saturating_sub(FOLD_MARGIN)) {
+                break;
+            }
+            for t in instants(tz, c).into_iter().filter(|t| *t <= at) {
+                if best.is_none_or(|(b, _)| t > b) {
+                    best = Some((t, c));
                 }
             }
-            day = day.yesterday().ok()?;
         }
-        None
+        best.map(|(t, _)| t)
     }
 
     /// Every scheduled time in `(after, until]`, at most `limit + 1` of them (so a caller
@@ -245,6 +230,12 @@ mod tests {
         // A starred day of week leaves only the day of month.
         assert_eq!(next("0 0 31 * *", "2026-02-01T00:00:00Z"), "2026-03-31T00:00:00Z");
         assert_eq!(next("0 0 29 2 *", "2026-01-01T00:00:00Z"), "2028-02-29T00:00:00Z", "leap days");
+        // As robfig: a stepped star restricts a day field (the 1st, or Sun/Tue/Thu/Sat)…
+        assert_eq!(next("0 0 1 * */2", "2026-01-01T00:00:00Z"), "2026-01-03T00:00:00Z");
+        // …while a list holding a star, `?` and `*/1` leave it unrestricted (Sundays only).
+        assert_eq!(next("0 0 1,* * 0", "2026-01-01T00:00:00Z"), "2026-01-04T00:00:00Z");
+        assert_eq!(next("? ? */1 * 0", "2026-01-01T00:00:00Z"), "2026-01-04T00:00:00Z");
+        assert_eq!(Schedule::parse("0 0 30 2 *").unwrap().next_after(ts("2026-01-01T00:00:00Z"), &TimeZone::UTC), None, "never");
     }
 
     #[test]
@@ -257,6 +248,14 @@ mod tests {
         assert!(Schedule::parse("5-1 * * * *").is_err());
         assert!(Schedule::parse("* * * foo *").is_err());
         assert!(Schedule::parse("@reboot").is_err());
+        // croner's extensions are not robfig's.
+        assert_eq!(Schedule::parse("0 0 L * *"), Err(ScheduleError::Field { field: "day-of-month", text: "L".into() }));
+        assert_eq!(Schedule::parse("0 0 * * 5#3"), Err(ScheduleError::Field { field: "day-of-week", text: "5#3".into() }));
+        assert_eq!(Schedule::parse("0 0 /5 * *"), Err(ScheduleError::Field { field: "day-of-month", text: "/5".into() }));
+        assert_eq!(Schedule::parse("0 0 0 * * *"), Err(ScheduleError::FieldCount(6, "0 0 0 * * *".into())));
+        // Fields are judged in order, as robfig does.
+        assert_eq!(Schedule::parse("60 * * * 8"), Err(ScheduleError::Field { field: "minute", text: "60".into() }));
+        assert_eq!(Schedule::parse("0 0 0,* * *"), Err(ScheduleError::Field { field: "day-of-month", text: "0,*".into() }));
     }
 
     #[test]
