@@ -1,4 +1,5 @@
-//! Built-in namespaces, join tokens and the default RBAC policy, created at start.
+//! Built-in namespaces, join tokens, the default RBAC policy and the built-in
+//! IngressClass, created at start.
 //!
 //! Deleting a namespace marks it `Terminating` (nothing new may be created in it); the
 //! controller manager's namespace controller then deletes everything in it through the
@@ -46,4 +47,23 @@ pub async fn ensure_rbac_defaults(registry: &Registry) -> Result<(), ApiError> {
         }
     }
     Ok(())
+}
+
+/// The IngressClass of the ingress controller every node agent runs (keelson-ingress),
+/// marked as the default class.
+pub fn default_ingress_class() -> serde_json::Value {
+    json!({
+        "metadata": {"name": "keelson", "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
+        "spec": {"controller": "keelson.io/ingress"},
+    })
+}
+
+/// Creates the built-in IngressClass `keelson` if absent (one changed or deleted by an
+/// administrator is left as it is until the next start).
+pub async fn ensure_ingress_class(registry: &Registry) -> Result<(), ApiError> {
+    let def = catalog::lookup("networking.k8s.io", "v1", "ingressclasses").expect("ingressclasses are served");
+    match registry.create(def, None, default_ingress_class(), false).await {
+        Ok(_) | Err(ApiError::AlreadyExists { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
