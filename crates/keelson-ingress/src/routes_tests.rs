@@ -72,11 +72,14 @@ fn route(t: &RouteTable, host: &str, path: &str) -> String {
     outcome(t.route(host, path, false))
 }
 
+/// Paths as (pathType, path), a request path, and the index of the path that serves it.
+type PathCase = (&'static [(&'static str, &'static str)], &'static str, Option<usize>);
+
 /// The Ingress spec's path-matching examples (kubernetes.io/docs/concepts/services-networking/ingress,
 /// "Examples"): each path is served by its own Service, `svc<index>`.
 #[test]
 fn the_ingress_specs_path_matching_table() {
-    let cases: &[(&[(&str, &str)], &str, Option<usize>)] = &[
+    let cases: &[PathCase] = &[
         (&[("Prefix", "/")], "/anything/at/all", Some(0)),
         (&[("Exact", "/foo")], "/foo", Some(0)),
         (&[("Exact", "/foo")], "/bar", None),
