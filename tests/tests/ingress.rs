@@ -3,8 +3,9 @@
 //! `api.shop.test` and `web.shop.test` over HTTP and HTTPS (the TLS Secret's certificate
 //! chosen by SNI), 404 without a rule, 503 without ready endpoints and back, a refused
 //! endpoint passed over, certificate rotation by updating the Secret, X-Forwarded-*
-//! headers, an Upgrade passed through, and Events for a missing Service and Secret. The
-//! component runs as a node would: with a node's identity.
+//! headers, an Upgrade passed through, Events for a missing Service and Secret, and the
+//! controller manager's Ingress status. The component runs as a node would: with a
+//! node's identity.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -330,7 +331,27 @@ async fn ingress_routes_hosts_and_paths_over_http_and_https_from_the_api() {
     .await;
     assert_eq!(r.location, Some(format!("https://api.shop.test:{}/a?b=c", https.port())));
 
+    // Status: the controller manager writes the Ready nodes' addresses on our Ingresses.
+    let access = c.control_plane_access(0, stop.clone()).await.unwrap();
+    let controllers = tokio::spawn(keelson_controllers::run(access, Default::default(), stop.clone()));
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(admin.clone());
+    let n1: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({"metadata": {"name": "n1"}})).unwrap();
+    let mut n1 = nodes.create(&PostParams::default(), &n1).await.unwrap();
+    n1.status = serde_json::from_value(json!({"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}], "conditions": [{"type": "Ready", "status": "True"}]})).unwrap();
+    nodes.replace_status("n1", &PostParams::default(), &n1).await.unwrap();
+    let status_ips = |i: &k8s_openapi::api::networking::v1::Ingress| -> Vec<String> {
+        i.status.iter().flat_map(|s| s.load_balancer.iter()).flat_map(|l| l.ingress.iter().flatten()).filter_map(|a| a.ip.clone()).collect()
+    };
+    for name in ["shop", "broken"] {
+        eventually(&format!("the status of Ingress {name}"), || async {
+            let i = ings.get(name).await.map_err(|e| e.to_string())?;
+            if status_ips(&i) == ["127.0.0.1"] { Ok(()) } else { Err(format!("{:?}", status_ips(&i))) }
+        })
+        .await;
+    }
+
     stop.cancel();
     tokio::time::timeout(Duration::from_secs(10), task).await.expect("the ingress stops").unwrap();
+    tokio::time::timeout(Duration::from_secs(10), controllers).await.expect("the controllers stop").unwrap();
     c.shutdown().await;
 }

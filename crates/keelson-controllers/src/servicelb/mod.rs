@@ -16,12 +16,12 @@ use kube::runtime::reflector::ObjectRef;
 use crate::informers::SyncError;
 use crate::services::ServiceCtx;
 
-fn node_ready(n: &Node) -> bool {
+pub(crate) fn node_ready(n: &Node) -> bool {
     n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// A node's announced address: its ExternalIP, or else its InternalIP.
-fn node_address(n: &Node) -> Option<String> {
+pub(crate) fn node_address(n: &Node) -> Option<String> {
     let addrs = n.status.as_ref()?.addresses.as_ref()?;
     let by = |t: &str| addrs.iter().find(|a| a.type_ == t).map(|a| a.address.clone());
     by("ExternalIP").or_else(|| by("InternalIP"))
