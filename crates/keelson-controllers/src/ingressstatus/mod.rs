@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass, IngressLoadBalancerIngress, IngressLoadBalancerStatus};
-use kube::api::{Api, PostParams};
 use kube::runtime::reflector::ObjectRef;
 
 use crate::informers::SyncError;
@@ -35,21 +34,18 @@ pub fn addresses(ing: &Ingress, classes: &[&IngressClass], nodes: &[&Node]) -> O
 pub(crate) async fn sync(ctx: Arc<ServiceCtx>, key: String) -> Result<Option<Duration>, SyncError> {
     let (ns, name) = key.split_once('/').expect("namespace/name");
     let Some(ing) = ctx.ingresses.get(&ObjectRef::new(name).within(ns)) else { return Ok(None) };
-    let (classes, nodes) = (ctx.ingress_classes.state(), ctx.nodes.state());
-    let classes: Vec<&IngressClass> = classes.iter().map(|c| c.as_ref()).collect();
-    let nodes: Vec<&Node> = nodes.iter().map(|n| n.as_ref()).collect();
-    let Some(want) = addresses(&ing, &classes, &nodes) else { return Ok(None) };
-    let have = ing.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|l| l.ingress.clone()).unwrap_or_default();
-    if have == want {
-        return Ok(None);
-    }
-    let mut updated = (*ing).clone();
-    updated.status.get_or_insert_with(Default::default).load_balancer = Some(IngressLoadBalancerStatus { ingress: (!want.is_empty()).then_some(want) });
-    let api: Api<Ingress> = Api::namespaced(ctx.term.client.clone(), ns);
-    match api.replace_status(name, &PostParams::default(), &updated).await {
-        Ok(_) => Ok(None),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Some(Duration::from_millis(200))),
-        Err(e) => Err(SyncError::from_kube(e)),
+    let want = {
+        let (classes, nodes) = (ctx.ingress_classes.state(), ctx.nodes.state());
+        addresses(&ing, &classes.iter().map(|c| c.as_ref()).collect::<Vec<_>>(), &nodes.iter().map(|n| n.as_ref()).collect::<Vec<_>>())
+    };
+    let status = ing.status.as_ref().and_then(|s| s.load_balancer.as_ref());
+    match want {
+        Some(want) if status.and_then(|l| l.ingress.as_ref()).map_or(!want.is_empty(), |have| *have != want) => {
+            let mut updated = (*ing).clone();
+            updated.status.get_or_insert_with(Default::default).load_balancer = Some(IngressLoadBalancerStatus { ingress: (!want.is_empty()).then_some(want) });
+            crate::servicelb::replace_status(&ctx, ns, name, &updated).await
+        }
+        _ => Ok(None),
     }
 }
 
