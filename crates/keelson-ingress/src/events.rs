@@ -1,7 +1,8 @@
 //! Warning Events on Ingresses for their [`Problem`]s. Every node finds the same
 //! problems, so an Event is named by what it says (`<ingress>.<hash of uid, reason and
 //! message>`): the first node to record it creates it, the others' creates are refused
-//! as existing, and a problem is one Event however many nodes serve.
+//! as existing, and a problem is one Event however many nodes serve. A problem that goes
+//! away and comes back finds its Event there and is not recorded again.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -3,7 +3,10 @@
 //! ready endpoint over HTTP/1.1. Endpoints are tried round robin; one that refuses the
 //! connection is passed over for the next. Bodies stream both ways; an `Upgrade` request
 //! (WebSocket) that the backend accepts with 101 becomes a byte pipe between the two
-//! upgraded connections.
+//! upgraded connections (HTTP/1.1 only: HTTP/2's extended CONNECT is not served).
+//! `X-Forwarded-For` and `X-Real-IP` are set to the client's address (an incoming
+//! `X-Forwarded-For` is replaced, not trusted), `X-Forwarded-Proto` and
+//! `X-Forwarded-Host` to what the client asked for.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -20,6 +23,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::routes::{Backend, Decision, RouteTable};
 
@@ -111,20 +115,20 @@ fn request_host<B>(req: &Request<B>) -> String {
 async fn handle(shared: &Shared, peer: SocketAddr, tls: bool, req: Request<Incoming>) -> Response<Body> {
     let host = request_host(&req);
     let span = tracing::debug_span!("ingress-request", method = %req.method(), %host, path = %req.uri().path(), tls, %peer);
-    let _e = span.enter();
-    let name = crate::host::normalize(&host);
-    let decision = shared.table().route(&name, req.uri().path(), tls);
-    let resp = match decision {
-        Decision::NotFound => text(StatusCode::NOT_FOUND, "default backend - 404\n".into()),
-        Decision::Unavailable(b) => text(StatusCode::SERVICE_UNAVAILABLE, format!("503 Service Unavailable: {} has no ready endpoints\n", b.name)),
-        Decision::RedirectHttps => redirect(&name, shared.https_port, req.uri()),
-        Decision::Proxy(b) => {
-            drop(_e);
-            return forward(req, &b, peer, tls, host).await;
-        }
-    };
-    tracing::debug!(status = resp.status().as_u16(), "answered by the ingress");
-    resp
+    async move {
+        let name = crate::host::normalize(&host);
+        let decision = shared.table().route(&name, req.uri().path(), tls);
+        let resp = match decision {
+            Decision::NotFound => text(StatusCode::NOT_FOUND, "default backend - 404\n".into()),
+            Decision::Unavailable(b) => text(StatusCode::SERVICE_UNAVAILABLE, format!("503 Service Unavailable: {} has no ready endpoints\n", b.name)),
+            Decision::RedirectHttps => redirect(&name, shared.https_port, req.uri()),
+            Decision::Proxy(b) => forward(req, &b, peer, tls, host).await,
+        };
+        tracing::debug!(status = resp.status().as_u16(), "answered");
+        resp
+    }
+    .instrument(span)
+    .await
 }
 
 fn redirect(host: &str, https_port: Option<u16>, uri: &Uri) -> Response<Body> {
@@ -197,8 +201,7 @@ async fn forward(mut req: Request<Incoming>, backend: &Backend, peer: SocketAddr
     let Some((stream, ep)) = connect(backend).await else {
         return text(StatusCode::BAD_GATEWAY, format!("502 Bad Gateway: no endpoint of {} accepted a connection\n", backend.name));
     };
-    let span = tracing::debug_span!("ingress-forward", backend = %backend.name, endpoint = %ep);
-    let _e = span.enter();
+    tracing::debug!(backend = %backend.name, endpoint = %ep, "forwarding");
     let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
         Ok(x) => x,
         Err(e) => return text(StatusCode::BAD_GATEWAY, format!("502 Bad Gateway: {}: {e}\n", backend.name)),
