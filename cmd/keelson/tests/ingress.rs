@@ -16,7 +16,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use node_support::{node_ready, node_tests_possible, ok, poll, sh, start_agent, start_server, NodeNet};
+use node_support::{node_tests_possible, ok, one_node, poll, sh};
 use serde_json::json;
 
 const IMG: &str = "keelson.local/busybox:stable";
@@ -67,16 +67,10 @@ async fn ingress_routes_two_hosts_over_http_and_https_to_real_pods() {
         eprintln!("skipping the ingress test: it needs kubectl and openssl");
         return;
     }
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().to_path_buf();
-    let net = NodeNet::create(0);
-    let cluster = start_server(&net, &dir).await;
-    let client = cluster.client.clone();
-    let _agent = start_agent(&net, &dir, &cluster.url, &cluster.token, "n1", "10.42.11.0/24", "agent.log");
-    node_ready(&client, "n1").await;
+    let node = one_node("n1", "10.42.11.0/24").await;
+    let (client, net, dir) = (node.cluster.client.clone(), &node.net, &node.dir);
     let pp = PostParams::default();
-    let kubeconfig = cluster.kubeconfig.display().to_string();
+    let kubeconfig = node.cluster.kubeconfig.display().to_string();
 
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
     for name in ["api", "web"] {
@@ -84,7 +78,7 @@ async fn ingress_routes_two_hosts_over_http_and_https_to_real_pods() {
         let svc = json!({"metadata": {"name": name}, "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}});
         Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), "default").create(&pp, &serde_json::from_value(svc).unwrap()).await.unwrap();
     }
-    let (crt1, key1) = make_cert(&dir, "one");
+    let (crt1, key1) = make_cert(dir, "one");
     ok(&["kubectl", "--kubeconfig", &kubeconfig, "create", "secret", "tls", "shop-tls", "--cert", &crt1, "--key", &key1]);
     let backend = |svc: &str| json!({"service": {"name": svc, "port": {"name": "http"}}});
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), "default");
@@ -132,7 +126,7 @@ async fn ingress_routes_two_hosts_over_http_and_https_to_real_pods() {
     poll("api serving again", long, || answer("api.shop.test", "/", None, ("200", "api"))).await;
 
     // Rotation: the updated Secret's certificate is served to new connections.
-    let (crt2, key2) = make_cert(&dir, "two");
+    let (crt2, key2) = make_cert(dir, "two");
     let o = sh(&["sh", "-c", &format!("kubectl --kubeconfig {kubeconfig} create secret tls shop-tls --cert {crt2} --key {key2} --dry-run=client -o yaml | kubectl --kubeconfig {kubeconfig} apply -f -")]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     poll("the rotated certificate", Duration::from_secs(30), || answer("api.shop.test", "/", Some(crt2.clone()), ("200", "api"))).await;
