@@ -50,6 +50,12 @@ pub struct AgentArgs {
     /// Port of the kubelet API (logs) on the node's address; 0 picks a free one.
     #[arg(long, default_value_t = keelson_agent::kubelet_api::KUBELET_PORT)]
     kubelet_port: u16,
+    /// Port of the built-in ingress controller's HTTP on the node's address; 0 disables it.
+    #[arg(long, default_value_t = 80)]
+    ingress_http_port: u16,
+    /// Port of the built-in ingress controller's HTTPS on the node's address; 0 disables it.
+    #[arg(long, default_value_t = 443)]
+    ingress_https_port: u16,
     /// Cluster DNS servers given to ClusterFirst pods (the kube-dns Service, which the
     /// node's proxy sends to the node's own DNS server).
     #[arg(long = "cluster-dns", default_value = "10.43.0.10")]
@@ -174,6 +180,8 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         kubelet_port: args.kubelet_port,
         ca_pem: ca.clone(),
         eviction: args.eviction_hard.clone(),
+        ingress_http_port: args.ingress_http_port,
+        ingress_https_port: args.ingress_https_port,
     };
     eprintln!("node {name} ({node_ip}) running; Ctrl-C stops the agent{}", if args.stop_pods_on_exit { " and its pods" } else { " (pods keep running)" });
     let result = keelson_agent::agent::run(client, runtime, cfg, shutdown).await;

@@ -1,4 +1,5 @@
-//! Built-in namespaces, PriorityClasses, join tokens and the default RBAC policy, created at start.
+//! Built-in namespaces, PriorityClasses, the IngressClass `keelson`, join tokens and the
+//! default RBAC policy, created at start.
 //!
 //! Deleting a namespace marks it `Terminating` (nothing new may be created in it); the
 //! controller manager's namespace controller then deletes everything in it through the
@@ -54,4 +55,20 @@ pub async fn ensure_rbac_defaults(registry: &Registry) -> Result<(), ApiError> {
         create_absent(registry, def, None, obj).await?;
     }
     Ok(())
+}
+
+/// The IngressClass of the ingress controller every node agent runs (keelson-ingress),
+/// marked as the default class.
+pub fn default_ingress_class() -> serde_json::Value {
+    json!({
+        "metadata": {"name": "keelson", "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
+        "spec": {"controller": "keelson.io/ingress"},
+    })
+}
+
+/// Creates the built-in IngressClass `keelson` if absent (one changed or deleted by an
+/// administrator is left as it is until the next start).
+pub async fn ensure_ingress_class(registry: &Registry) -> Result<(), ApiError> {
+    let def = catalog::lookup("networking.k8s.io", "v1", "ingressclasses").expect("ingressclasses are served");
+    create_absent(registry, def, None, default_ingress_class()).await
 }

@@ -1,8 +1,9 @@
 //! The reflectors and work queues of the service controllers (EndpointSlice, Endpoints,
-//! the built-in service load balancer),
+//! the built-in service load balancer, the status of the built-in ingress' Ingresses),
 //! apart from the workload ones: a Service goes to itself, a pod to every Service of its
 //! namespace, a slice or Endpoints object to the Service it is named for, a Node to
-//! every Service (zones). One term runs them until it ends.
+//! every Service (zones) and every Ingress; an Ingress to itself, an IngressClass to
+//! every Ingress. One term runs them until it ends.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use keelson_component::events::EventRecorder;
 use keelson_component::Leadership;
 use kube::api::Api;
@@ -32,6 +34,9 @@ pub struct ServiceCtx {
     pub endpoints_queue: WorkQueue,
     pub lb_queue: WorkQueue,
     pub slice_events: EventRecorder,
+    pub ingresses: Store<Ingress>,
+    pub ingress_classes: Store<IngressClass>,
+    pub ingress_queue: WorkQueue,
 }
 
 impl ServiceCtx {
@@ -71,6 +76,19 @@ pub async fn run(term: Leadership) {
     let (slice_queue, slice_rx) = work_queue();
     let (endpoints_queue, endpoints_rx) = work_queue();
     let (lb_queue, lb_rx) = work_queue();
+    let (ingress_queue, ingress_rx) = work_queue();
+    let (ingresses, ingress_task) = {
+        let iq = ingress_queue.clone();
+        reflect(Api::<Ingress>::all(client.clone()), &term, move |i: &Ingress| iq.add(&key_of(i)))
+    };
+    let every_ingress = {
+        let (iq, ings) = (ingress_queue.clone(), ingresses.clone());
+        move || ings.state().iter().for_each(|i| iq.add(&key_of(i.as_ref())))
+    };
+    let (ingress_classes, class_task) = {
+        let every = every_ingress.clone();
+        reflect(Api::<IngressClass>::all(client.clone()), &term, move |_: &IngressClass| every())
+    };
     let (services, service_task) = {
         let (sq, eq, lq) = (slice_queue.clone(), endpoints_queue.clone(), lb_queue.clone());
         reflect(Api::<Service>::all(client.clone()), &term, move |s: &Service| {
@@ -96,6 +114,7 @@ pub async fn run(term: Leadership) {
                 sq.add(&key_of(s.as_ref()));
                 lq.add(&key_of(s.as_ref()));
             }
+            every_ingress();
         })
     };
     let (slices, slice_task) = {
@@ -123,6 +142,9 @@ pub async fn run(term: Leadership) {
         slice_queue,
         endpoints_queue,
         lb_queue,
+        ingresses,
+        ingress_classes,
+        ingress_queue,
     });
     let ready = async {
         let _ = ctx.services.wait_until_ready().await;
@@ -130,6 +152,8 @@ pub async fn run(term: Leadership) {
         let _ = ctx.nodes.wait_until_ready().await;
         let _ = ctx.slices.wait_until_ready().await;
         let _ = ctx.endpoints.wait_until_ready().await;
+        let _ = ctx.ingresses.wait_until_ready().await;
+        let _ = ctx.ingress_classes.wait_until_ready().await;
     };
     tokio::select! {
         _ = term.ended.cancelled() => {}
@@ -140,11 +164,12 @@ pub async fn run(term: Leadership) {
                 crate::informers::work(&ctx, slice_rx, &ctx.slice_queue, "endpointslice", crate::endpointslice::sync),
                 crate::informers::work(&ctx, endpoints_rx, &ctx.endpoints_queue, "endpoints", crate::endpoints::sync),
                 crate::informers::work(&ctx, lb_rx, &ctx.lb_queue, "servicelb", crate::servicelb::sync),
+                crate::informers::work(&ctx, ingress_rx, &ctx.ingress_queue, "ingressstatus", crate::ingressstatus::sync),
                 ensure_kube_dns(&ctx),
             );
         } => {}
     }
-    for t in [service_task, pod_task, node_task, slice_task, endpoints_task] {
+    for t in [service_task, pod_task, node_task, slice_task, endpoints_task, ingress_task, class_task] {
         t.abort();
     }
 }

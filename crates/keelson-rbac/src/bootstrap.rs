@@ -536,6 +536,9 @@ fn node_rules() -> Vec<Value> {
             &["csinodes"],
         ),
         rule(READ, &["node.k8s.io"], &["runtimeclasses"]),
+        // Keelson: every node runs the ingress controller (keelson-ingress), which mirrors
+        // Ingresses and IngressClasses (and TLS Secrets, readable above).
+        rule(READ, &["networking.k8s.io"], &["ingresses", "ingressclasses"]),
     ]
 }
 

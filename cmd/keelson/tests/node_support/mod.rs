@@ -201,3 +201,25 @@ pub async fn node_ready(client: &kube::Client, name: &str) -> Node {
     })
     .await
 }
+
+/// A one-server cluster and one Ready agent in a node namespace of their own, with the
+/// test's directory; dropped in field order: agent, server, namespace, directory.
+pub struct OneNode {
+    pub agent: Proc,
+    pub cluster: Server,
+    pub net: NodeNet,
+    pub dir: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+/// Starts [`OneNode`]: node `name` with podCIDR `pod_cidr`, logging to `agent.log`.
+pub async fn one_node(name: &str, pod_cidr: &str) -> OneNode {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let net = NodeNet::create(0);
+    let cluster = start_server(&net, &dir).await;
+    let agent = start_agent(&net, &dir, &cluster.url, &cluster.token, name, pod_cidr, "agent.log");
+    node_ready(&cluster.client, name).await;
+    OneNode { agent, cluster, net, dir, _tmp: tmp }
+}

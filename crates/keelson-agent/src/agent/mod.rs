@@ -49,6 +49,10 @@ pub struct AgentConfig {
     pub ca_pem: String,
     /// Below these the node reports memory or disk pressure.
     pub eviction: machine::EvictionThresholds,
+    /// The ingress controller's HTTP and HTTPS ports on the node's address (80 and 443;
+    /// 0 leaves that one off).
+    pub ingress_http_port: u16,
+    pub ingress_https_port: u16,
 }
 
 struct PodWorker {
@@ -106,9 +110,10 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
     Ok(())
 }
 
-/// The node's service proxy and cluster DNS server, each a task stopping with `shutdown`
-/// (the proxy removes its nftables table as it stops). DNS listens on port 53 of the
-/// node's address, where the proxy sends the kube-dns Service.
+/// The node's service proxy, cluster DNS server and ingress controller, each a task
+/// stopping with `shutdown` (the proxy removes its nftables table as it stops). DNS
+/// listens on port 53 of the node's address, where the proxy sends the kube-dns Service;
+/// the ingress on the node's HTTP and HTTPS ports.
 fn spawn_services(client: &kube::Client, cfg: &AgentConfig, pod_cidr: Option<&str>, shutdown: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
     let node = keelson_proxy::NodeInfo {
         name: cfg.node_name.clone(),
@@ -136,7 +141,23 @@ fn spawn_services(client: &kube::Client, cfg: &AgentConfig, pod_cidr: Option<&st
             tracing::warn!(error = %e, "cluster DNS not served");
         }
     });
-    vec![proxy, dns]
+    let port = |p: u16| (p != 0).then(|| std::net::SocketAddr::new(cfg.node_ip.into(), p));
+    let ingress_cfg = keelson_ingress::IngressConfig {
+        http: port(cfg.ingress_http_port),
+        https: port(cfg.ingress_https_port),
+        class: keelson_ingress::CLASS.into(),
+        instance: cfg.node_name.clone(),
+    };
+    let (c, s) = (client.clone(), shutdown.clone());
+    let ingress = tokio::spawn(async move {
+        if ingress_cfg.http.is_none() && ingress_cfg.https.is_none() {
+            return;
+        }
+        if let Err(e) = keelson_ingress::run(c, ingress_cfg, s).await {
+            tracing::warn!(error = %e, "ingress not served");
+        }
+    });
+    vec![proxy, dns, ingress]
 }
 
 /// Stops and removes every sandbox and container the runtime has.

@@ -172,12 +172,13 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
                 if let Some((id, secret)) = &initial_token {
                     crate::namespaces::ensure_join_token(&bootstrap_state.registry, id, secret).await?;
                 }
-                crate::namespaces::ensure_rbac_defaults(&bootstrap_state.registry).await
+                crate::namespaces::ensure_rbac_defaults(&bootstrap_state.registry).await?;
+                crate::namespaces::ensure_ingress_class(&bootstrap_state.registry).await
             }
             .await;
             match r {
                 Ok(()) => break,
-                Err(e) => tracing::debug!(error = %e, "creating built-in namespaces and RBAC defaults; retrying"),
+                Err(e) => tracing::debug!(error = %e, "creating built-in namespaces, RBAC defaults and the IngressClass; retrying"),
             }
             tokio::select! {
                 _ = bootstrap_token.cancelled() => return,

@@ -16,12 +16,12 @@ use kube::runtime::reflector::ObjectRef;
 use crate::informers::SyncError;
 use crate::services::ServiceCtx;
 
-fn node_ready(n: &Node) -> bool {
+pub(crate) fn node_ready(n: &Node) -> bool {
     n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// A node's announced address: its ExternalIP, or else its InternalIP.
-fn node_address(n: &Node) -> Option<String> {
+pub(crate) fn node_address(n: &Node) -> Option<String> {
     let addrs = n.status.as_ref()?.addresses.as_ref()?;
     let by = |t: &str| addrs.iter().find(|a| a.type_ == t).map(|a| a.address.clone());
     by("ExternalIP").or_else(|| by("InternalIP"))
@@ -66,8 +66,17 @@ pub(crate) async fn sync(ctx: Arc<ServiceCtx>, key: String) -> Result<Option<Dur
     }
     let mut updated = (*svc).clone();
     updated.status.get_or_insert_with(Default::default).load_balancer = Some(LoadBalancerStatus { ingress: (!want.is_empty()).then_some(want) });
-    let api: Api<Service> = Api::namespaced(ctx.term.client.clone(), ns);
-    match api.replace_status(name, &PostParams::default(), &updated).await {
+    replace_status(&ctx, ns, name, &updated).await
+}
+
+/// Writes `updated`'s status through the term's client, conditional on the version it
+/// was read at; a conflict is tried again shortly.
+pub(crate) async fn replace_status<K>(ctx: &ServiceCtx, ns: &str, name: &str, updated: &K) -> Result<Option<Duration>, SyncError>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()> + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    let api: Api<K> = Api::namespaced(ctx.term.client.clone(), ns);
+    match api.replace_status(name, &PostParams::default(), updated).await {
         Ok(_) => Ok(None),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(Some(Duration::from_millis(200))),
         Err(e) => Err(SyncError::from_kube(e)),
