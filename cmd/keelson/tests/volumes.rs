@@ -85,7 +85,7 @@ async fn claims_are_bound_provisioned_and_reclaimed() {
     pods.create(&pp, &pod("orphan", "nope")).await.unwrap();
     eventually("FailedScheduling for the missing claim", Duration::from_secs(60), || async {
         let evs = events_of(&admin, "default", "orphan").await;
-        evs.iter().any(|e| e == "FailedScheduling 0/3 nodes are available: persistentvolumeclaim \"nope\" not found.").then_some(()).ok_or(format!("{evs:?}"))
+        evs.iter().any(|e| e == "FailedScheduling 0/3 nodes are available: persistentvolumeclaim \"nope\" not found. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.").then_some(()).ok_or(format!("{evs:?}"))
     })
     .await;
 

@@ -18,10 +18,7 @@ mod tests;
 #[cfg(test)]
 mod tests_more;
 
-pub use time::{
-    civil_from_days, days_from_civil, format_rfc3339, human_age, parse_rfc3339, Timestamp,
-    GO_ZERO_UNIX,
-};
+pub use time::{format_rfc3339, human_age, parse_rfc3339, Timestamp, GO_ZERO_UNIX};
 
 use resources as r;
 use serde::Serialize;

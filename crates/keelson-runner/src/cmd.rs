@@ -137,25 +137,11 @@ pub fn rfc3339_now() -> String {
 
 /// `since_epoch` as RFC 3339 UTC with milliseconds.
 pub fn rfc3339(since_epoch: Duration) -> String {
-    let secs = since_epoch.as_secs();
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        since_epoch.subsec_millis()
-    )
+    let millis = i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX);
+    match jiff::Timestamp::from_millisecond(millis) {
+        Ok(t) => t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+        Err(_) => "9999-12-31T23:59:59.999Z".into(),
+    }
 }
 
 #[cfg(test)]

@@ -39,49 +39,15 @@ impl Timestamp {
     }
 }
 
-fn is_leap(year: i64) -> bool {
-    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+/// Unix seconds of a UTC civil time (year 0000–9999, as RFC 3339 allows), or `None` when
+/// the date does not exist (Feb 30th, month 13).
+fn unix_of(year: i64, month: u32, day: u32, hour: u32, minute: u32, second: u32) -> Option<i64> {
+    let dt = jiff::civil::DateTime::new(year as i16, month as i8, day as i8, hour as i8, minute as i8, second as i8, 0).ok()?;
+    // Civil arithmetic, not jiff's Timestamp: that stops short of 9999-12-31 in UTC.
+    Some(dt.duration_since(EPOCH).as_secs())
 }
 
-fn days_in_month(year: i64, month: u32) -> u32 {
-    match month {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        2 if is_leap(year) => 29,
-        2 => 28,
-        _ => 0,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (`month` 1..=12).
-///
-/// Counts in 400-year eras (146 097 days each) of years that start on
-/// March 1st, so that the leap day is the last day of a year.
-pub fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let year_of_era = y.rem_euclid(400);
-    let m = month as i64;
-    let march_based_month = if m > 2 { m - 3 } else { m + 9 };
-    let day_of_year = (153 * march_based_month + 2) / 5 + day as i64 - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-/// Inverse of [`days_from_civil`]: the (year, month, day) of a day count.
-pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let march_based_month = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * march_based_month + 2) / 5 + 1;
-    let month = if march_based_month < 10 { march_based_month + 3 } else { march_based_month - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month as u32, day as u32)
-}
+const EPOCH: jiff::civil::DateTime = jiff::civil::DateTime::constant(1970, 1, 1, 0, 0, 0, 0);
 
 fn digits(b: &[u8], start: usize, len: usize) -> Option<u32> {
     let part = b.get(start..start + len)?;
@@ -91,8 +57,10 @@ fn digits(b: &[u8], start: usize, len: usize) -> Option<u32> {
 }
 
 /// Parses an RFC 3339 timestamp such as `2026-11-30T08:00:00Z`,
-/// `2026-11-30T08:00:00.123456Z` or `2026-11-30T09:30:00+01:30`.
-/// Returns `None` for anything malformed or out of range.
+/// `2026-11-30T08:00:00.123456Z` or `2026-11-30T09:30:00+01:30`, as Go's
+/// `time.Parse(time.RFC3339, …)` reads it: the syntax is checked here (jiff's parser
+/// also takes a space for `T`, `+0200` and other ISO 8601 forms the API server refuses),
+/// the calendar is jiff's. Returns `None` for anything malformed or out of range.
 pub fn parse_rfc3339(s: &str) -> Option<Timestamp> {
     let b = s.as_bytes();
     let sep = |i: usize, c: u8| b.get(i) == Some(&c);
@@ -107,15 +75,10 @@ pub fn parse_rfc3339(s: &str) -> Option<Timestamp> {
     {
         return None;
     }
-    if !(1..=12).contains(&month)
-        || day == 0
-        || day > days_in_month(year, month)
-        || hour > 23
-        || minute > 59
-        || second > 59
-    {
+    if hour > 23 || minute > 59 || second > 59 {
         return None;
     }
+    let local = unix_of(year, month, day, hour, minute, second)?;
     let mut i = 19;
     let mut nanos: u32 = 0;
     if sep(i, b'.') {
@@ -152,24 +115,16 @@ pub fn parse_rfc3339(s: &str) -> Option<Timestamp> {
         }
         _ => return None,
     };
-    let unix = days_from_civil(year, month, day) * 86_400
-        + i64::from(hour * 3600 + minute * 60 + second)
-        - offset;
-    Some(Timestamp { unix, nanos })
+    Some(Timestamp { unix: local - offset, nanos })
 }
 
 /// Formats Unix seconds as UTC RFC 3339 without fraction, like Go's
 /// `t.UTC().Format(time.RFC3339)`: `2026-11-30T08:00:00Z`.
 pub fn format_rfc3339(unix: i64) -> String {
-    let days = unix.div_euclid(86_400);
-    let secs = unix.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60
-    )
+    match EPOCH.checked_add(jiff::SignedDuration::from_secs(unix)) {
+        Ok(dt) => dt.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        Err(_) => "<invalid>".into(),
+    }
 }
 
 /// kubectl's human duration (Kubernetes `duration.HumanDuration`):
@@ -277,17 +232,13 @@ mod tests {
     }
 
     #[test]
-    fn civil_round_trip_and_known_dates() {
-        assert_eq!(days_from_civil(1970, 1, 1), 0);
-        assert_eq!(days_from_civil(1969, 12, 31), -1);
-        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
-        assert_eq!(days_from_civil(2024, 2, 29), 19_782);
-        assert_eq!(days_from_civil(1, 1, 1) * 86_400, GO_ZERO_UNIX);
-        for d in (-800_000..800_000).step_by(997) {
-            let (y, m, day) = civil_from_days(d);
-            assert!((1..=12).contains(&m) && day >= 1 && day <= days_in_month(y, m));
-            assert_eq!(days_from_civil(y, m, day), d);
-        }
+    fn civil_times_and_impossible_dates() {
+        assert_eq!(unix_of(1970, 1, 1, 0, 0, 0), Some(0));
+        assert_eq!(unix_of(1969, 12, 31, 23, 59, 59), Some(-1));
+        assert_eq!(unix_of(2024, 2, 29, 0, 0, 0), Some(19_782 * 86_400));
+        assert_eq!(unix_of(1, 1, 1, 0, 0, 0), Some(GO_ZERO_UNIX));
+        assert_eq!(unix_of(2023, 2, 29, 0, 0, 0), None);
+        assert_eq!(unix_of(2024, 13, 1, 0, 0, 0), None);
     }
 
     #[test]
