@@ -270,9 +270,10 @@ fn start_writers(conns: Vec<Writer>, base: Instant, stop: Arc<AtomicBool>, acks:
         .collect()
 }
 
-/// Kills `victim` (the leader when `None`) under a write load on the other members and
-/// measures the outage; then restarts it and measures its catch-up.
-async fn kill_round(target: &mut Target, kill_leader: bool, clients: usize, api: bool) -> anyhow::Result<(Outage, f64)> {
+/// Kills the leader (or, without `kill_leader`, a follower) under a write load on the
+/// other members and measures the outage; then restarts it and measures its catch-up.
+/// `Ok(None)` when leadership moved before the kill (nothing was killed).
+async fn kill_round(target: &mut Target, kill_leader: bool, clients: usize, api: bool) -> anyhow::Result<Option<(Outage, f64)>> {
     let (leader, _) = target.leader().await?;
     let n = target.endpoints().len();
     let victim = if kill_leader { leader } else { (leader + 1) % n };
@@ -280,10 +281,16 @@ async fn kill_round(target: &mut Target, kill_leader: bool, clients: usize, api:
     let conns = writers(target, &survivors, clients, api).await?;
     let (base, stop, acks) = (Instant::now(), Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(Vec::new())));
     let writers = start_writers(conns, base, stop.clone(), acks.clone());
+    let stop_writers = |writers: Vec<tokio::task::JoinHandle<()>>| async move {
+        stop.store(true, Ordering::Relaxed);
+        for w in writers {
+            let _ = tokio::time::timeout(Duration::from_secs(5), w).await;
+        }
+    };
     tokio::time::sleep(Duration::from_secs(1)).await;
     if kill_leader && !target.position(victim).await.is_some_and(|p| p.is_leader) {
-        stop.store(true, Ordering::Relaxed);
-        bail!("{}: leadership moved before the kill", target.system());
+        stop_writers(writers).await;
+        return Ok(None);
     }
     let fault = base.elapsed().as_secs_f64();
     target.kill(victim).await?;
@@ -298,10 +305,7 @@ async fn kill_round(target: &mut Target, kill_leader: bool, clients: usize, api:
             _ => {}
         }
     };
-    stop.store(true, Ordering::Relaxed);
-    for w in writers {
-        let _ = tokio::time::timeout(Duration::from_secs(5), w).await;
-    }
+    stop_writers(writers).await;
     let Some(o) = measured else { bail!("{}: no write sent after the kill was acknowledged within {RECOVERY_LIMIT:?}", target.system()) };
     let restarted = Instant::now();
     target.restart(victim).await?;
@@ -320,21 +324,18 @@ async fn kill_round(target: &mut Target, kill_leader: bool, clients: usize, api:
     }
     let catch_up = restarted.elapsed().as_secs_f64() * 1000.0;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    Ok((o, catch_up))
+    Ok(Some((o, catch_up)))
 }
 
 /// [`kill_round`], run again (up to three times) when leadership moved before the kill.
 async fn kill_round_again(target: &mut Target, kill_leader: bool, clients: usize, api: bool) -> anyhow::Result<(Outage, f64)> {
-    let mut tries = 0;
-    loop {
-        match kill_round(target, kill_leader, clients, api).await {
-            Err(e) if tries < 2 && e.to_string().ends_with("leadership moved before the kill") => {
-                eprintln!("bench: {e}; again");
-                tries += 1;
-            }
-            other => return other,
+    for _ in 0..3 {
+        if let Some(r) = kill_round(target, kill_leader, clients, api).await? {
+            return Ok(r);
         }
+        eprintln!("bench: {}: leadership moved before the kill; again", target.system());
     }
+    bail!("{}: leadership moved before each of three kills", target.system())
 }
 
 /// Leader changes seen (by leader and term, polled every 100 ms) during `secs` of writes
