@@ -5,7 +5,6 @@
 
 mod cluster_support;
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -112,7 +111,9 @@ async fn deployments_roll_out_undo_and_scale_across_a_controller_manager_failove
     assert!(out.contains("successfully rolled out"), "{out}");
     wait_live(&survivor, "3 replicas of web:2, nothing more", |p| p.len() == 3 && p.iter().all(|(_, i)| i == "example.com/web:2")).await;
     let sets: Api<ReplicaSet> = Api::namespaced(survivor.clone(), "default");
-    let revisions: BTreeMap<String, i32> = sets
+    // A list, not a map: two sets of one revision (a create refused as existing taken for a
+    // hash collision) must show.
+    let mut revisions: Vec<(String, i32)> = sets
         .list(&ListParams::default().labels("app=web"))
         .await
         .unwrap()
@@ -120,12 +121,14 @@ async fn deployments_roll_out_undo_and_scale_across_a_controller_manager_failove
         .into_iter()
         .map(|rs| (rs.metadata.annotations.unwrap_or_default().get("deployment.kubernetes.io/revision").cloned().unwrap_or_default(), rs.spec.unwrap().replicas.unwrap_or(0)))
         .collect();
-    assert_eq!(revisions, BTreeMap::from([("1".to_string(), 0), ("2".to_string(), 3)]), "one set per revision");
+    revisions.sort();
+    assert_eq!(revisions, vec![("1".to_string(), 0), ("2".to_string(), 3)], "one set per revision");
     let history = ok(kubectl(&cluster, &ctx, &["rollout", "history", "deployment/web"], None), "rollout history");
     assert!(history.lines().any(|l| l.trim_start().starts_with('1')) && history.lines().any(|l| l.trim_start().starts_with('2')), "{history}");
 
     // Undo: back to web:1, as revision 3.
-    ok(kubectl(&cluster, &ctx, &["rollout", "undo", "deployment/web"], None), "rollout undo");
+    let undone = ok(kubectl(&cluster, &ctx, &["rollout", "undo", "deployment/web"], None), "rollout undo");
+    assert!(undone.contains("rolled back"), "{undone}");
     ok(kubectl(&cluster, &ctx, &["rollout", "status", "deployment/web", "--timeout=90s"], None), "rollout status after undo");
     wait_live(&survivor, "back on web:1", |p| p.len() == 3 && p.iter().all(|(_, i)| i == "example.com/web:1")).await;
     let annotations = ok(kubectl(&cluster, &ctx, &["get", "deployment", "web", "-o", "jsonpath={.metadata.annotations.deployment\\.kubernetes\\.io/revision}"], None), "revision");

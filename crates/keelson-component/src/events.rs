@@ -64,17 +64,44 @@ impl EventRecorder {
         self.try_publish(regarding, type_, reason, message).await;
     }
 
-    /// [`publish`](Self::publish), saying whether the Event was recorded.
+    /// [`publish`](Self::publish), saying whether the Event was recorded. A refusal that
+    /// may pass on its own (429, a 5xx, a connection lost on the way to a server that is
+    /// going away) is tried again a few times, as Kubernetes' recorder does; any other
+    /// refusal is final.
     pub async fn try_publish(&self, regarding: &ObjectReference, type_: EventType, reason: &str, message: &str) -> bool {
         let ev = event(regarding, type_, reason, message, &self.component, &self.instance, jiff::Timestamp::now());
         let api: Api<Event> = Api::namespaced(self.client.clone(), ev.metadata.namespace.as_deref().unwrap_or("default"));
-        match api.create(&PostParams::default(), &ev).await {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::warn!(reason, error = %e, "could not record an Event");
-                false
+        let mut pause = RETRY_FIRST_PAUSE;
+        for attempt in 1..=PUBLISH_ATTEMPTS {
+            match api.create(&PostParams::default(), &ev).await {
+                Ok(_) => return true,
+                // An earlier attempt was recorded after all.
+                Err(kube::Error::Api(s)) if attempt > 1 && s.code == 409 && s.reason == "AlreadyExists" => return true,
+                Err(e) if attempt < PUBLISH_ATTEMPTS && may_pass(&e) => {
+                    tracing::debug!(reason, attempt, error = %e, "recording an Event again");
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                Err(e) => {
+                    tracing::warn!(reason, error = %e, "could not record an Event");
+                    return false;
+                }
             }
         }
+        false
+    }
+}
+
+/// Attempts at recording one Event, and the pause after the first failed one (doubling).
+const PUBLISH_ATTEMPTS: u32 = 5;
+const RETRY_FIRST_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Whether a refused Event write may pass if tried again.
+fn may_pass(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
     }
 }
 
@@ -93,5 +120,15 @@ mod tests {
         assert_eq!(e.source.unwrap().component.as_deref(), Some("kube-scheduler"));
         assert_eq!(e.count, Some(1));
         assert_eq!(e.involved_object.name.as_deref(), Some("kube-scheduler"));
+    }
+
+    #[test]
+    fn only_refusals_that_may_pass_are_tried_again() {
+        let status = |code: u16, reason: &str| kube::Error::Api(Box::new(serde_json::from_value(serde_json::json!({"status": "Failure", "code": code, "reason": reason, "message": "x"})).unwrap()));
+        assert!(may_pass(&status(429, "TooManyRequests")));
+        assert!(may_pass(&status(503, "ServiceUnavailable")));
+        assert!(!may_pass(&status(409, "Fenced")));
+        assert!(!may_pass(&status(403, "Forbidden")));
+        assert!(!may_pass(&status(422, "Invalid")));
     }
 }

@@ -20,6 +20,8 @@ use reconcile::{Action, REVISION};
 /// While a rollout is under way the Deployment is looked at again this often (progress
 /// deadlines, availability that comes with time).
 const ROLLOUT_RECHECK: Duration = Duration::from_secs(5);
+/// A sync that found its cache behind the store looks again this soon.
+const CACHE_CATCH_UP: Duration = Duration::from_millis(200);
 
 pub(crate) async fn run(ctx: Arc<Ctx>, rx: WorkReceiver) {
     let queue = ctx.deployment_queue.clone();
@@ -59,6 +61,14 @@ async fn sync(ctx: Arc<Ctx>, key: String) -> Result<Option<Duration>, SyncError>
                     }
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
+                    let rs_name = rs.metadata.name.clone().unwrap_or_default();
+                    let existing = sets.get_opt(&rs_name).await.map_err(SyncError::from_kube)?;
+                    if existing.as_ref().is_none_or(|e| reconcile::is_current_set_of(&d, e)) {
+                        // Ours, made by an earlier sync this cache has not caught up with
+                        // (or gone again): the next sync sees it. Nothing else is written
+                        // from this view, least of all a collision.
+                        return Ok(Some(CACHE_CATCH_UP));
+                    }
                     // A set of that name that is not ours: a hash collision; the next name differs.
                     status.collision_count = Some(status.collision_count.unwrap_or(0) + 1);
                 }

@@ -75,6 +75,16 @@ fn same_template(rs: &ReplicaSet, template: &PodTemplateSpec) -> bool {
     normalize(&t) == normalize(template)
 }
 
+/// Whether `rs` is `d`'s own set of its current template: what a create refused with
+/// AlreadyExists finds when the set was made by an earlier sync (or an earlier holder of
+/// the lease) that this one's cache has not seen yet. Anything else of that name is a
+/// hash collision.
+pub fn is_current_set_of(d: &Deployment, rs: &ReplicaSet) -> bool {
+    let uid = d.metadata.uid.as_deref().unwrap_or_default();
+    let template = d.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
+    crate::pods::controller_of(&rs.metadata).is_some_and(|o| o.uid == uid) && same_template(rs, &template)
+}
+
 fn revision_of(rs: &ReplicaSet) -> i64 {
     rs.metadata.annotations.as_ref().and_then(|a| a.get(REVISION)).and_then(|r| r.parse().ok()).unwrap_or(0)
 }

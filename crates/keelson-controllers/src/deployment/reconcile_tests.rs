@@ -206,3 +206,21 @@ fn scaling_down_in_mid_rollout_shrinks_in_proportion_and_a_settled_rollout_is_no
     let only = sized_for(rs_for(&d10, "app:2", 2, 10, 10), 10, 13);
     assert!(scale_proportionally(&d5, &[&only], 5, 2).is_empty());
 }
+
+#[test]
+fn a_create_refused_as_existing_is_ours_only_with_our_owner_and_template() {
+    // The set of the current template, made by an earlier holder the cache has not seen:
+    // it is the current set, not a hash collision (which would make a second set of the
+    // same revision and template).
+    let d = deployment(3, "app:2", json!({}));
+    let ours = rs_for(&d, "app:2", 2, 1, 0);
+    assert!(is_current_set_of(&d, &ours));
+    let older_template = rs_for(&d, "app:1", 1, 0, 0);
+    assert!(!is_current_set_of(&d, &older_template));
+    let mut someone_elses = ours.clone();
+    someone_elses.metadata.owner_references.as_mut().unwrap()[0].uid = "other-uid".into();
+    assert!(!is_current_set_of(&d, &someone_elses));
+    let mut orphan = ours;
+    orphan.metadata.owner_references = None;
+    assert!(!is_current_set_of(&d, &orphan));
+}
