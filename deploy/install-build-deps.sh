@@ -20,6 +20,8 @@ command -v runc >/dev/null 2>&1 || optional+=(runc)
 command -v curl >/dev/null 2>&1 || optional+=(curl)
 # The service proxy flushes the conntrack entries of removed UDP endpoints.
 command -v conntrack >/dev/null 2>&1 || optional+=(conntrack)
+# `keelson bench ingress` (and its test) measures nginx as a reverse proxy beside the ingress.
+[ -x /usr/sbin/nginx ] || optional+=(nginx)
 for extra in "$@"; do
   dpkg -s "$extra" >/dev/null 2>&1 || need+=("$extra")
 done
@@ -34,4 +36,13 @@ if [ "$(id -u)" != 0 ]; then
 fi
 echo "installing: ${all[*]}" >&2
 apt-get update -qq
+# Packages must not start their services (nginx would take port 80 of the host): the
+# tests and benches start what they need themselves.
+guard=
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+  chmod +x /usr/sbin/policy-rc.d
+  guard=1
+fi
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${all[@]}" >/dev/null
+[ -z "$guard" ] || rm -f /usr/sbin/policy-rc.d

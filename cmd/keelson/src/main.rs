@@ -70,6 +70,8 @@ enum BenchCmd {
     Pods(keelson_bench::PodsBenchArgs),
     /// The service proxy as root: a whole 1,000-Service table, then one-Service changes as diffs.
     Proxy(keelson_bench::ProxyBenchArgs),
+    /// HTTP through the built-in ingress, side by side with the backend direct and through nginx.
+    Ingress(keelson_bench::IngressBenchArgs),
 }
 
 fn init_tracing() {
@@ -104,6 +106,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Bench(BenchCmd::Controllers(args)) => rt.block_on(keelson_bench::run_controllers_bench(args)),
         Cmd::Bench(BenchCmd::Pods(args)) => rt.block_on(keelson_bench::run_pods_bench(args)),
         Cmd::Bench(BenchCmd::Proxy(args)) => rt.block_on(keelson_bench::run_proxy_bench(args)),
+        Cmd::Bench(BenchCmd::Ingress(args)) => rt.block_on(keelson_bench::run_ingress_bench(args)),
         Cmd::Token(cmd) => rt.block_on(cli_admin::token(cmd)),
         Cmd::Certs(CertsCmd::Check(args)) => cli_admin::certs_check(args),
         Cmd::HollowNodes(args) => rt.block_on(cli_hollow::run(args)),

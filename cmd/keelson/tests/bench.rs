@@ -96,3 +96,29 @@ fn failover_bench_kills_leaders_of_keelson_and_etcd_and_reports_json() {
         assert_eq!(s["catch_up_ms"].as_array().map(Vec::len), Some(1), "{system}: {s}");
     }
 }
+
+/// `keelson bench ingress --json`: the same busybox httpd backend directly, through the
+/// built-in ingress and through nginx; every request answered 200 with the backend's
+/// body on all three. No speed is asserted.
+#[test]
+fn ingress_bench_proxies_to_a_busybox_backend_beside_nginx_and_reports_json() {
+    let missing: Vec<&str> = [("/bin/busybox", "busybox-static"), ("/usr/sbin/nginx", "nginx")].into_iter().filter(|(p, _)| !Path::new(p).exists()).map(|(_, pkg)| pkg).collect();
+    if !missing.is_empty() {
+        eprintln!("SKIPPED: the ingress bench needs the Debian packages {missing:?} (deploy/install-build-deps.sh installs them as root)");
+        assert!(std::env::var_os("KEELSON_REQUIRE_NODE_TESTS").is_none(), "the test command installed them as root: they must be there");
+        return;
+    }
+    let out = Command::new(binary()).args(["bench", "ingress", "--clients", "4", "--secs", "1", "--body-bytes", "3000", "--json"]).output().expect("run keelson bench ingress");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed: {stderr}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
+    for target in ["direct", "ingress", "nginx"] {
+        let t = &json[target];
+        assert!(t["requests"].as_u64().is_some_and(|n| n > 0), "{target}: no request answered: {t} ({stderr})");
+        assert_eq!(t["errors"], serde_json::json!(0), "{target}: {stderr}");
+        assert!(t["p99_ms"].as_f64().is_some_and(|v| v > 0.0), "{target}: {t}");
+    }
+    assert!(json["ingress_vs_direct_rps"].as_f64().is_some_and(|r| r > 0.0), "{json}");
+    assert!(json["ingress_vs_nginx_rps"].as_f64().is_some_and(|r| r > 0.0), "{json}");
+    assert_eq!(json["body_bytes"], serde_json::json!(3000));
+}

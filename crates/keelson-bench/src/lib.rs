@@ -5,6 +5,9 @@
 //! `keelson bench proxy`: keelson-proxy's full and incremental syncs with the real `nft`
 //! (see `proxy`).
 //!
+//! `keelson bench ingress`: requests through keelson-ingress, side by side with the same
+//! backend reached directly and through nginx (see `ingress`).
+//!
 //! `keelson bench failover`: writes stalled by leader kills, Keelson and etcd side by
 //! side (see `failover`).
 //!
@@ -18,6 +21,7 @@
 mod api;
 mod controllers;
 mod failover;
+mod ingress;
 mod load;
 mod outage;
 mod pods;
@@ -28,6 +32,7 @@ mod scheduler;
 pub use api::{run_api_bench, ApiBenchArgs};
 pub use controllers::{run_controllers_bench, ControllersBenchArgs, ControllersReport};
 pub use failover::{run_failover_bench, FailoverBenchArgs, SystemFailover};
+pub use ingress::{run_ingress_bench, IngressBenchArgs, IngressReport};
 pub use load::{run_store_bench, StoreBenchArgs};
 pub use pods::{run_pods_bench, PodsBenchArgs, PodsReport};
 pub use proxy::{run_proxy_bench, ProxyBenchArgs, ProxyReport};

@@ -57,6 +57,7 @@ pub async fn serve_http(listener: TcpListener, shared: Arc<Shared>, shutdown: Ca
             _ = shutdown.cancelled() => return,
             r = listener.accept() => match r { Ok(c) => c, Err(_) => continue },
         };
+        no_delay(&conn);
         tokio::spawn(serve_connection(conn, peer, false, shared.clone(), shutdown.clone()));
     }
 }
@@ -68,6 +69,7 @@ pub async fn serve_https(listener: TcpListener, acceptor: TlsAcceptor, shared: A
             _ = shutdown.cancelled() => return,
             r = listener.accept() => match r { Ok(c) => c, Err(_) => continue },
         };
+        no_delay(&conn);
         let (acceptor, shared, shutdown) = (acceptor.clone(), shared.clone(), shutdown.clone());
         tokio::spawn(async move {
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(conn)).await {
@@ -76,6 +78,15 @@ pub async fn serve_https(listener: TcpListener, acceptor: TlsAcceptor, shared: A
                 Err(_) => tracing::debug!(%peer, "ingress TLS handshake timed out"),
             }
         });
+    }
+}
+
+/// Answers leave as soon as they are written: a response's head and body go out as
+/// separate writes, and Nagle's algorithm would hold the second back for the peer's
+/// delayed ACK (40 ms on Linux).
+fn no_delay(conn: &TcpStream) {
+    if let Err(e) = conn.set_nodelay(true) {
+        tracing::debug!(error = %e, "TCP_NODELAY not set");
     }
 }
 
@@ -172,7 +183,10 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
 async fn connect(backend: &Backend) -> Option<(TcpStream, SocketAddr)> {
     for ep in backend.rotation() {
         match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(ep)).await {
-            Ok(Ok(s)) => return Some((s, ep)),
+            Ok(Ok(s)) => {
+                no_delay(&s);
+                return Some((s, ep));
+            }
             Ok(Err(e)) => tracing::debug!(endpoint = %ep, error = %e, "endpoint refused; trying the next"),
             Err(_) => tracing::debug!(endpoint = %ep, "endpoint did not answer; trying the next"),
         }
