@@ -18,6 +18,10 @@ pub struct SchedulerCache {
     placed: HashMap<String, String>,
     /// Pods placed on nodes not known yet, by node name.
     waiting: HashMap<String, Vec<Arc<Pod>>>,
+    /// Uids of pods whose nomination this scheduler withdrew (their preemption failed)
+    /// and whose watched state has not yet shown it cleared: views still naming the old
+    /// node are older than the withdrawal and do not nominate again.
+    withdrawn: std::collections::HashSet<String>,
 }
 
 fn uid(pod: &Pod) -> String {
@@ -103,9 +107,27 @@ impl SchedulerCache {
     /// `pod` (pending, its `status.nominatedNodeName` set) is nominated to that node: its
     /// room there is held against pods of lower priority.
     pub fn nominate(&mut self, pod: Arc<Pod>) {
+        self.withdrawn.remove(&uid(&pod));
+        self.hold_nomination(pod);
+    }
+
+    fn hold_nomination(&mut self, pod: Arc<Pod>) {
         let Some(node) = nominated_node_name(&pod).map(str::to_string) else { return };
         self.forget_nomination(&uid(&pod));
         self.snapshot.nominated.entry(node).or_default().push(pod);
+    }
+
+    /// The pending pod with `uid` is nominated nowhere any more (its preemption failed, so
+    /// the room it held goes back to others), even before the watch shows its
+    /// `status.nominatedNodeName` cleared.
+    pub fn withdraw_nomination(&mut self, uid: &str) {
+        self.forget_nomination(uid);
+        self.withdrawn.insert(uid.to_string());
+    }
+
+    /// Whether the pod with `uid` holds a nomination here.
+    pub fn is_nominated(&self, uid: &str) -> bool {
+        self.snapshot.nominated.values().flatten().any(|p| p.metadata.uid.as_deref() == Some(uid))
     }
 
     /// A pod's latest state (from the watch, or as this scheduler assumes it): placed on
@@ -114,10 +136,17 @@ impl SchedulerCache {
     /// shows another); a placed, deleting or finished pod has none.
     pub fn set_pod(&mut self, pod: Arc<Pod>) {
         let pending = !occupies_node(&pod) && pod.metadata.deletion_timestamp.is_none() && !matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
+        let id = uid(&pod);
         if pending && nominated_node_name(&pod).is_some() {
-            self.nominate(pod.clone());
-        } else if !pending {
-            self.forget_nomination(&uid(&pod));
+            if !self.withdrawn.contains(&id) {
+                self.hold_nomination(pod.clone());
+            }
+        } else if pending {
+            // The withdrawal has landed (or a view without a nomination came).
+            self.withdrawn.remove(&id);
+        } else {
+            self.withdrawn.remove(&id);
+            self.forget_nomination(&id);
         }
         self.remove_pod(&uid(&pod));
         if !occupies_node(&pod) {
@@ -138,6 +167,7 @@ impl SchedulerCache {
 
     /// The pod with `uid` is deleted.
     pub fn pod_gone(&mut self, uid: &str) {
+        self.withdrawn.remove(uid);
         self.forget_nomination(uid);
         self.remove_pod(uid);
     }
@@ -249,5 +279,26 @@ mod tests {
         assert_eq!(nominated(&c, "a"), ["p"]);
         c.pod_gone("p");
         assert!(c.snapshot().nominated.is_empty());
+    }
+
+    #[test]
+    fn a_withdrawn_nomination_stays_withdrawn_until_the_watch_shows_it_cleared() {
+        let mut c = SchedulerCache::default();
+        c.set_node(node("a"));
+        let mut p = (*pod("p", None, "1")).clone();
+        p.status = Some(k8s_openapi::api::core::v1::PodStatus { nominated_node_name: Some("a".into()), ..Default::default() });
+        let nominated_view = Arc::new(p);
+        c.set_pod(nominated_view.clone());
+        assert!(c.is_nominated("p"));
+        c.withdraw_nomination("p");
+        assert!(!c.is_nominated("p"));
+        c.set_pod(nominated_view.clone()); // a view from before the withdrawal landed
+        assert!(nominated(&c, "a").is_empty());
+        c.set_pod(pod("p", None, "1")); // the cleared nomination, watched
+        c.set_pod(nominated_view.clone()); // nominated again later (by the API's state)
+        assert_eq!(nominated(&c, "a"), ["p"]);
+        c.withdraw_nomination("p");
+        c.nominate(nominated_view); // this scheduler nominates it again itself
+        assert_eq!(nominated(&c, "a"), ["p"]);
     }
 }

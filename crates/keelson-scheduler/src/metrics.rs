@@ -46,6 +46,8 @@ pub struct SchedulerMetrics {
     attempts: Family<Attempt, Counter>,
     duration: Family<Attempt, Histogram>,
     pending: Family<Queue, Gauge>,
+    preemption_attempts: Counter,
+    preemption_victims: Histogram,
 }
 
 impl SchedulerMetrics {
@@ -58,13 +60,26 @@ impl SchedulerMetrics {
         registry.register("scheduler_schedule_attempts", "Attempts to schedule pods, by result", attempts.clone());
         registry.register("scheduler_scheduling_attempt_duration_seconds", "Scheduling attempt latency (algorithm and binding decision)", duration.clone());
         registry.register("scheduler_pending_pods", "Pending pods, by queue", pending.clone());
-        Self { attempts, duration, pending }
+        let preemption_attempts = Counter::default();
+        // kube-scheduler's buckets: 1 doubling, 7 of them.
+        let preemption_victims = Histogram::new(exponential_buckets(1.0, 2.0, 7));
+        registry.register("scheduler_preemption_attempts", "Preemption attempts in the cluster till now", preemption_attempts.clone());
+        registry.register("scheduler_preemption_victims", "Number of selected preemption victims", preemption_victims.clone());
+        Self { attempts, duration, pending, preemption_attempts, preemption_victims }
     }
 
     pub fn attempt(&self, result: AttemptResult, took: Duration) {
         let label = Attempt { result: result.label(), profile: crate::SCHEDULER_NAME };
         self.attempts.get_or_create(&label).inc();
         self.duration.get_or_create(&label).observe(took.as_secs_f64());
+    }
+
+    /// PostFilter ran for an unschedulable pod: `victims` when it chose some.
+    pub fn preemption_attempt(&self, victims: Option<usize>) {
+        self.preemption_attempts.inc();
+        if let Some(n) = victims {
+            self.preemption_victims.observe(n as f64);
+        }
     }
 
     pub fn queues(&self, l: Lengths) {
@@ -85,10 +100,14 @@ mod tests {
         m.attempt(AttemptResult::Scheduled, Duration::from_millis(3));
         m.attempt(AttemptResult::Unschedulable, Duration::from_millis(1));
         m.queues(Lengths { active: 2, backoff: 1, unschedulable: 4 });
+        m.preemption_attempt(Some(2));
+        m.preemption_attempt(None);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(text.contains(r#"scheduler_schedule_attempts_total{result="scheduled",profile="default-scheduler"} 1"#), "{text}");
         assert!(text.contains(r#"scheduler_scheduling_attempt_duration_seconds_count{result="unschedulable",profile="default-scheduler"} 1"#), "{text}");
         assert!(text.contains(r#"scheduler_pending_pods{queue="unschedulable"} 4"#), "{text}");
+        assert!(text.contains("scheduler_preemption_attempts_total 2"), "{text}");
+        assert!(text.contains("scheduler_preemption_victims_count 1") && text.contains("scheduler_preemption_victims_sum 2.0"), "{text}");
     }
 }

@@ -33,8 +33,13 @@ pub const NO_VICTIMS: &str = "No preemption victims found for incoming pod";
 pub enum PostFilter {
     /// Nominate the pod to `node` and preempt `victims` there (most important first).
     Preempt { node: String, victims: Vec<Arc<Pod>>, pdb_violations: usize },
-    /// Preemption does not help: the `preemption: …` part of the FailedScheduling message.
+    /// The pod may not preempt (or its earlier preemption is still under way): the
+    /// `preemption: …` part of the FailedScheduling message. A nomination it has stays.
     Fail(String),
+    /// The pod may preempt, but no node would take it even with victims gone: the
+    /// message part, and a nomination it has is withdrawn (Kubernetes' PostFilter result
+    /// with an empty nominated node), so the room it held goes back to others.
+    NoCandidate(String),
 }
 
 /// One node where preemption works.
@@ -229,7 +234,7 @@ pub fn preempt(profile: &Profile, pod: &Pod, snapshot: &Snapshot, resolvable: &[
         }
     }
     if candidates.is_empty() {
-        return PostFilter::Fail(format!("preemption: {}", unschedulable_message(total, &reasons)));
+        return PostFilter::NoCandidate(format!("preemption: {}", unschedulable_message(total, &reasons)));
     }
     let best = pick_node(&candidates);
     PostFilter::Preempt { node: snapshot.nodes[best.node].name.clone(), victims: best.victims.clone(), pdb_violations: best.pdb_violations }

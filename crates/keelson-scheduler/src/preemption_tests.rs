@@ -63,7 +63,7 @@ fn run(snapshot: &Snapshot, p: &Pod) -> Result<(String, Vec<String>), String> {
         Decision::Bind { node, .. } => panic!("bound to {node}"),
         Decision::Unschedulable { message, resolvable, .. } => match preempt(&profile, p, snapshot, &resolvable, 0) {
             PostFilter::Preempt { node, victims, .. } => Ok((node, names(&victims).into_iter().map(String::from).collect())),
-            PostFilter::Fail(why) => Err(crate::framework::with_post_filter(&message, &why)),
+            PostFilter::Fail(why) | PostFilter::NoCandidate(why) => Err(crate::framework::with_post_filter(&message, &why)),
         },
     }
 }
@@ -87,7 +87,7 @@ fn the_node_is_chosen_in_kubernetes_order() {
         let s = Snapshot::build([node("x", "2", json!([])), node("y", "2", json!([]))], placed).with_pdbs(pdbs);
         match preempt(&profile, &p, &s, &[0, 1], 0) {
             PostFilter::Preempt { node, victims, pdb_violations } => (node, names(&victims).join(","), pdb_violations),
-            PostFilter::Fail(why) => panic!("{why}"),
+            PostFilter::Fail(why) | PostFilter::NoCandidate(why) => panic!("{why}"),
         }
     };
     // Lowest highest-victim priority.
@@ -157,6 +157,34 @@ fn never_preempts_and_unhelpful_nodes_are_said_so() {
     // Removing every lower-priority pod still leaves too little: the filter's reason.
     let s = Snapshot::build([node("a", "2", json!([]))], placed_low());
     assert_eq!(run(&s, &pod("p", 100, "3", None, 0)).unwrap_err(), "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 Insufficient cpu.");
+}
+
+#[test]
+fn only_a_pod_that_may_preempt_but_finds_no_node_loses_its_nomination() {
+    let profile = default_profile();
+    let outcome = |s: &Snapshot, p: &Pod| match schedule(&profile, p, s, 0, 0) {
+        Decision::Bind { node, .. } => panic!("bound to {node}"),
+        Decision::Unschedulable { resolvable, .. } => match preempt(&profile, p, s, &resolvable, 0) {
+            PostFilter::Preempt { node, .. } => format!("preempt on {node}"),
+            PostFilter::Fail(_) => "fail, nomination kept".to_string(),
+            PostFilter::NoCandidate(_) => "no candidate, nomination withdrawn".to_string(),
+        },
+    };
+    // Nominated to a, whose low-priority pod has since been replaced by a more important one.
+    let nominated = pod_with("p", 100, "2", None, 0, json!({"status": {"nominatedNodeName": "a"}}));
+    let s = Snapshot::build([node("a", "2", json!([]))], [pod("top", 200, "2", Some("a"), 1)]).with_nominated([nominated.clone()]);
+    assert_eq!(outcome(&s, &nominated), "no candidate, nomination withdrawn");
+    // Its victim is still terminating: the preemption is under way, the nomination stays.
+    let mut victim = (*pod("low", 0, "2", Some("a"), 1)).clone();
+    victim.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH));
+    let s = Snapshot::build([node("a", "2", json!([]))], [Arc::new(victim)]).with_nominated([nominated.clone()]);
+    assert_eq!(outcome(&s, &nominated), "fail, nomination kept");
+    // preemptionPolicy Never: not eligible, nothing to withdraw.
+    let never = pod_with("n", 100, "2", None, 0, json!({"spec": {"preemptionPolicy": "Never"}}));
+    let s = Snapshot::build([node("a", "2", json!([]))], [pod("low", 0, "2", Some("a"), 1)]);
+    assert_eq!(outcome(&s, &never), "fail, nomination kept");
+    // And with a lower-priority pod to evict: preemption.
+    assert_eq!(outcome(&s, &nominated), "preempt on a");
 }
 
 fn placed_low() -> Vec<Arc<Pod>> {

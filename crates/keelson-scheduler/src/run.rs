@@ -360,7 +360,12 @@ impl Scheduler {
             }
             Decision::Unschedulable { message, resolvable, .. } => {
                 self.queue.unschedulable(&key, Instant::now());
-                match preempt(&self.profile, &pod, snapshot, &resolvable, self.start) {
+                let post_filter = preempt(&self.profile, &pod, snapshot, &resolvable, self.start);
+                self.metrics.preemption_attempt(match &post_filter {
+                    PostFilter::Preempt { victims, .. } => Some(victims.len()),
+                    _ => None,
+                });
+                match post_filter {
                     PostFilter::Preempt { node, victims, pdb_violations } => {
                         tracing::debug!(%node, victims = victims.len(), pdb_violations, "preempting");
                         let mut nominated = (*pod).clone();
@@ -371,7 +376,20 @@ impl Scheduler {
                     PostFilter::Fail(why) => {
                         let message = with_post_filter(&message, &why);
                         tracing::debug!(%message, "unschedulable");
-                        tokio::spawn(report_unschedulable(self.term.clone(), self.recorder.clone(), pod, message, None).in_current_span());
+                        tokio::spawn(report_unschedulable(self.term.clone(), self.recorder.clone(), pod, message, Nomination::Keep).in_current_span());
+                    }
+                    PostFilter::NoCandidate(why) => {
+                        let message = with_post_filter(&message, &why);
+                        let uid = pod.metadata.uid.clone().unwrap_or_default();
+                        let nomination = if self.cache.is_nominated(&uid) || crate::snapshot::nominated_node_name(&pod).is_some() {
+                            tracing::debug!(%message, "unschedulable; its nomination is withdrawn");
+                            self.cache.withdraw_nomination(&uid);
+                            Nomination::Clear
+                        } else {
+                            tracing::debug!(%message, "unschedulable");
+                            Nomination::Keep
+                        };
+                        tokio::spawn(report_unschedulable(self.term.clone(), self.recorder.clone(), pod, message, nomination).in_current_span());
                     }
                 }
             }
@@ -443,20 +461,38 @@ async fn written(term: &Leadership, result: Result<(), kube::Error>, what: &str)
     }
 }
 
+/// What an unschedulable report does to the pod's `status.nominatedNodeName`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Nomination<'a> {
+    Keep,
+    Set(&'a str),
+    Clear,
+}
+
 /// `PodScheduled=False` (reason `Unschedulable`) on the pod, once per new message (with
-/// `status.nominatedNodeName` when `nominate` names a node), and a `FailedScheduling` Event.
-async fn report_unschedulable(term: Leadership, recorder: EventRecorder, pod: Arc<Pod>, message: String, nominate: Option<&str>) -> bool {
+/// `status.nominatedNodeName` set or cleared as `nomination` says), and a
+/// `FailedScheduling` Event.
+async fn report_unschedulable(term: Leadership, recorder: EventRecorder, pod: Arc<Pod>, message: String, nomination: Nomination<'_>) -> bool {
     recorder.publish(&pod.object_ref(&()), EventType::Warning, "FailedScheduling", &message).await;
     let current = pod.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
     let same = current.is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable") && c.message.as_deref() == Some(message.as_str()));
-    if same && nominate.is_none_or(|n| crate::snapshot::nominated_node_name(&pod) == Some(n)) {
+    let nominated = crate::snapshot::nominated_node_name(&pod);
+    let nomination_unchanged = match nomination {
+        Nomination::Keep => true,
+        Nomination::Set(n) => nominated == Some(n),
+        Nomination::Clear => nominated.is_none(),
+    };
+    if same && nomination_unchanged {
         return true;
     }
     let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let api: Api<Pod> = Api::namespaced(term.client.clone(), &ns);
     let mut patch = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastTransitionTime": now(), "lastProbeTime": null}]}});
-    if let Some(node) = nominate {
-        patch["status"]["nominatedNodeName"] = json!(node);
+    match nomination {
+        Nomination::Keep => {}
+        Nomination::Set(node) => patch["status"]["nominatedNodeName"] = json!(node),
+        // A null in a strategic merge patch deletes the field.
+        Nomination::Clear => patch["status"]["nominatedNodeName"] = serde_json::Value::Null,
     }
     let result = api.patch_status(pod.metadata.name.as_deref().unwrap_or(""), &PatchParams::default(), &Patch::Strategic(patch)).await;
     written(&term, result.map(|_| ()), "recording PodScheduled=False").await
@@ -466,7 +502,7 @@ async fn report_unschedulable(term: Leadership, recorder: EventRecorder, pod: Ar
 /// FailedScheduling report), then each victim gets `DisruptionTarget` (reason
 /// `PreemptionByScheduler`), a `Preempted` Event and a graceful delete.
 async fn preempt_victims(term: Leadership, recorder: EventRecorder, pod: Arc<Pod>, node: String, victims: Vec<Arc<Pod>>, message: String) {
-    if !report_unschedulable(term.clone(), recorder.clone(), pod.clone(), message, Some(&node)).await {
+    if !report_unschedulable(term.clone(), recorder.clone(), pod.clone(), message, Nomination::Set(&node)).await {
         return;
     }
     let preemptor = pod.metadata.uid.clone().unwrap_or_default();
