@@ -41,7 +41,8 @@ fn an_index_is_retried_with_its_count_until_past_its_limit_then_failed_for_good(
         {"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [3]}},
         {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [7]}}]}});
     // (case, limit, policy, earlier failures of index 1, exit code, index failed?, counts of the replacement)
-    let cases: [(&str, i32, Value, i32, i32, bool, (i32, i32)); 6] = [
+    type Case = (&'static str, i32, Value, i32, i32, bool, (i32, i32));
+    let cases: [Case; 6] = [
         ("first failure within the limit", 1, json!({}), 0, 1, false, (1, 0)),
         ("second failure, past a limit of 1", 1, json!({}), 1, 1, true, (0, 0)),
         ("a limit of 0 fails the index at once", 0, json!({}), 0, 1, true, (0, 0)),

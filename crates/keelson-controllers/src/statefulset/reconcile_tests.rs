@@ -156,7 +156,7 @@ fn ordinals_can_start_elsewhere() {
     assert_eq!(reconcile(&s, &[], &BTreeSet::new(), now()).create, vec![5]);
 }
 
-/// Five pods of the old revision under a new template: (set, pods).
+/// Five pods of the old revision under a new template: (set, pods, new revision).
 fn rolling(extra: Value) -> (StatefulSet, Vec<Pod>, String) {
     let old = sts(5, extra.clone());
     let old_rev = update_revision(&old);
@@ -164,7 +164,7 @@ fn rolling(extra: Value) -> (StatefulSet, Vec<Pod>, String) {
     new.spec.as_mut().unwrap().template.spec.as_mut().unwrap().containers[0].image = Some("db:2".into());
     new.status = Some(StatefulSetStatus { current_revision: Some(old_rev.clone()), ..Default::default() });
     let new_rev = update_revision(&new);
-    ((new), (0..5).map(|o| pod(o, &old_rev, true)).collect(), new_rev)
+    (new, (0..5).map(|o| pod(o, &old_rev, true)).collect(), new_rev)
 }
 
 #[test]
@@ -180,7 +180,8 @@ fn max_unavailable_updates_that_many_pods_at_once_from_the_highest_ordinal() {
         p.status = serde_json::from_value(json!({"phase": "Running"})).unwrap();
         p
     };
-    let cases: Vec<(&str, &str, Value, i32, Vec<(usize, Change)>, Vec<&str>)> = vec![
+    type Case = (&'static str, &'static str, Value, i32, Vec<(usize, Change)>, Vec<&'static str>);
+    let cases: Vec<Case> = vec![
         ("two at once", "OrderedReady", json!(2), 0, vec![], vec!["db-4", "db-3"]),
         ("a percentage, rounded up", "OrderedReady", json!("30%"), 0, vec![], vec!["db-4", "db-3"]),
         ("0 means 1", "Parallel", json!(0), 0, vec![], vec!["db-4"]),
