@@ -7,8 +7,13 @@
 //! that joins, and rolls a new image out; a StatefulSet starts its pods in order with
 //! their claims, rolls a new image out and scales down from the highest ordinal; the
 //! controller manager's server is killed while a Job runs and the next holder finishes
-//! it without a pod made twice. Assertions are on stored state, polled with generous
-//! overall timeouts.
+//! it without a pod made twice. Also: Indexed Jobs with backoffLimitPerIndex fail each
+//! index after its own retries (FailedIndexes) or at once past maxFailedIndexes; a Job
+//! adopts an orphan its selector matches and releases it once relabeled; a Parallel
+//! StatefulSet with maxUnavailable rolls out, and its claims follow the retention policy
+//! (whenScaled: Delete removes the claims of removed ordinals, whenDeleted: Delete the
+//! rest with the set). Assertions are on stored state, polled with generous overall
+//! timeouts.
 
 mod cluster_support;
 
@@ -304,6 +309,8 @@ async fn jobs_cronjobs_daemonsets_and_statefulsets_converge_on_hollow_nodes() {
     })
     .await;
 
+    per_index_adoption_and_claim_retention(&admin).await;
+
     // The controller manager's server dies while a Job runs: the next holder finishes it
     // with no pod made twice. Its pods run on a node served through a surviving server.
     let holder = Api::<Lease>::namespaced(admin.clone(), "kube-system").get("kube-controller-manager").await.unwrap().spec.unwrap().holder_identity.unwrap();
@@ -337,4 +344,165 @@ async fn jobs_cronjobs_daemonsets_and_statefulsets_converge_on_hollow_nodes() {
     let _ = extra.await;
     let _ = fo_nodes.await;
     cluster.stop(Duration::from_secs(10)).await.unwrap();
+}
+
+fn indexed_job(name: &str, completions: i32, parallelism: i32, limit_per_index: i32, max_failed: Option<i32>) -> Job {
+    let mut j = job(name, 1, completions, parallelism, 0);
+    let spec = j.spec.as_mut().unwrap();
+    spec.backoff_limit = None;
+    spec.completion_mode = Some("Indexed".into());
+    spec.backoff_limit_per_index = Some(limit_per_index);
+    spec.max_failed_indexes = max_failed;
+    j
+}
+
+/// backoffLimitPerIndex and maxFailedIndexes, adoption and release, a StatefulSet with
+/// maxUnavailable and claims that follow their retention policy.
+async fn per_index_adoption_and_claim_retention(admin: &kube::Client) {
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let pp = PostParams::default();
+    let pm = kube::api::PatchParams::default();
+    // Every pod fails: each of the 2 indexes fails twice (one retry each), then the Job
+    // fails with FailedIndexes; with maxFailedIndexes 0 the first failed index fails it.
+    jobs.create(&pp, &indexed_job("perindex", 2, 2, 1, None)).await.unwrap();
+    jobs.create(&pp, &indexed_job("capped", 3, 1, 0, Some(0))).await.unwrap();
+    let failed_job = |name: &'static str| {
+        let jobs = jobs.clone();
+        move || {
+            let jobs = jobs.clone();
+            async move {
+                let j = jobs.get(name).await.map_err(|e| e.to_string())?;
+                condition(&j, "Failed").map(|_| j.clone()).ok_or_else(|| format!("{:?}", j.status))
+            }
+        }
+    };
+    let perindex = eventually("job perindex fails with failed indexes", Duration::from_secs(120), failed_job("perindex")).await;
+    assert_eq!(condition(&perindex, "Failed"), Some(("FailedIndexes".to_string(), "Job has failed indexes".to_string())));
+    let status = perindex.status.clone().unwrap();
+    assert_eq!((status.failed_indexes.as_deref(), status.failed, status.succeeded), (Some("0,1"), Some(4), Some(0)), "{status:?}");
+    assert_eq!(perindex.spec.as_ref().unwrap().backoff_limit, Some(i32::MAX), "no Job-wide limit beside the per-index ones");
+    let mut counts: Vec<(String, String)> = pods
+        .list(&ListParams::default().labels("batch.kubernetes.io/job-name=perindex"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| {
+            let a = p.metadata.annotations.unwrap_or_default();
+            (a["batch.kubernetes.io/job-completion-index"].clone(), a["batch.kubernetes.io/job-index-failure-count"].clone())
+        })
+        .collect();
+    counts.sort();
+    assert_eq!(counts, [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")].map(|(a, b)| (a.to_string(), b.to_string())), "each index: a first pod and one retry");
+    let capped = eventually("job capped fails past maxFailedIndexes", Duration::from_secs(90), failed_job("capped")).await;
+    assert_eq!(condition(&capped, "Failed").unwrap().0, "MaxFailedIndexesExceeded");
+    assert_eq!(capped.status.as_ref().unwrap().failed_indexes.as_deref(), Some("0"));
+    eventually("the failed-indexes events", Duration::from_secs(30), || async {
+        let (a, b) = (events_of(admin, "perindex").await, events_of(admin, "capped").await);
+        let ok = a.iter().any(|e| e == "FailedIndexes Job has failed indexes") && b.iter().any(|e| e == "MaxFailedIndexesExceeded Job has exceeded the specified maximum number of failed indexes");
+        ok.then_some(()).ok_or(format!("{a:?} {b:?}"))
+    })
+    .await;
+
+    // An orphan the Job's selector matches is adopted (and tracked); relabeled, released.
+    let orphan: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "orphan", "labels": {"app": "adoptee"}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "example.com/task:1"}]},
+    }))
+    .unwrap();
+    pods.create(&pp, &orphan).await.unwrap();
+    let phase = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+    eventually("the orphan runs", Duration::from_secs(60), || async {
+        let p = pods.get("orphan").await.map_err(|e| e.to_string())?;
+        (phase(&p) == "Running").then_some(()).ok_or(phase(&p))
+    })
+    .await;
+    let adopter: Job = serde_json::from_value(json!({
+        "metadata": {"name": "adopter"},
+        "spec": {"completions": 1, "parallelism": 1, "manualSelector": true, "selector": {"matchLabels": {"app": "adoptee"}},
+                 "template": {"metadata": {"labels": {"app": "adoptee"}}, "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "example.com/task:1"}]}}},
+    }))
+    .unwrap();
+    let adopter_uid = jobs.create(&pp, &adopter).await.unwrap().metadata.uid.unwrap();
+    let controlled_by_adopter = |p: &Pod| p.metadata.owner_references.iter().flatten().any(|o| o.controller == Some(true) && o.uid == adopter_uid);
+    let tracked = |p: &Pod| p.metadata.finalizers.iter().flatten().any(|f| f == "batch.kubernetes.io/job-tracking");
+    eventually("the orphan is adopted", Duration::from_secs(60), || async {
+        let p = pods.get("orphan").await.map_err(|e| e.to_string())?;
+        let active = jobs.get("adopter").await.map_err(|e| e.to_string())?.status.and_then(|s| s.active);
+        (controlled_by_adopter(&p) && tracked(&p) && active == Some(1)).then_some(()).ok_or(format!("{:?} {:?}; active {active:?}", p.metadata.owner_references, p.metadata.finalizers))
+    })
+    .await;
+    pods.patch("orphan", &pm, &kube::api::Patch::Merge(json!({"metadata": {"labels": {"app": "released"}}}))).await.unwrap();
+    eventually("the relabeled pod is released and replaced", Duration::from_secs(60), || async {
+        let p = pods.get("orphan").await.map_err(|e| e.to_string())?;
+        let replacement = pods.list(&ListParams::default().labels("app=adoptee")).await.map_err(|e| e.to_string())?.items.into_iter().any(|p| controlled_by_adopter(&p));
+        (!controlled_by_adopter(&p) && !tracked(&p) && replacement).then_some(()).ok_or(format!("{:?} {:?}; replaced {replacement}", p.metadata.owner_references, p.metadata.finalizers))
+    })
+    .await;
+    jobs.delete("adopter", &kube::api::DeleteParams::background()).await.unwrap();
+    pods.delete("orphan", &kube::api::DeleteParams::default()).await.unwrap();
+
+    // A Parallel StatefulSet with maxUnavailable 2 rolls out; its claims are owned by the
+    // set (whenDeleted: Delete), those of removed ordinals go on scale-down (whenScaled).
+    let kv: StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "kv"},
+        "spec": {"replicas": 3, "serviceName": "kv", "podManagementPolicy": "Parallel", "selector": {"matchLabels": {"app": "kv"}},
+                 "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 2}},
+                 "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Delete"},
+                 "template": {"metadata": {"labels": {"app": "kv"}}, "spec": {"containers": [{"name": "c", "image": "example.com/kv:1"}]}},
+                 "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]},
+    }))
+    .unwrap();
+    let sets: Api<StatefulSet> = Api::namespaced(admin.clone(), "default");
+    let kv_uid = sets.create(&pp, &kv).await.unwrap().metadata.uid.unwrap();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), "default");
+    let kv_pods_on = |image: &'static str, n: usize| {
+        let (pods, sets) = (pods.clone(), sets.clone());
+        move || {
+            let (pods, sets) = (pods.clone(), sets.clone());
+            async move {
+                let list = pods.list(&ListParams::default().labels("app=kv")).await.map_err(|e| e.to_string())?.items;
+                let on = list.iter().filter(|p| phase(p) == "Running" && p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some(image)).count();
+                let s = sets.get("kv").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+                (on == n && list.len() == n && s.current_revision == s.update_revision && s.ready_replicas == Some(n as i32)).then_some(()).ok_or(format!("{on} of {} on {image}; {s:?}", list.len()))
+            }
+        }
+    };
+    eventually("kv's three pods", Duration::from_secs(120), kv_pods_on("example.com/kv:1", 3)).await;
+    let kv_claims = || async {
+        let mut c: Vec<(String, Vec<String>)> = claims
+            .list(&ListParams::default().labels("app=kv"))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .map(|c| (c.metadata.name.unwrap_or_default(), c.metadata.owner_references.unwrap_or_default().into_iter().map(|o| format!("{}/{}", o.kind, o.uid)).collect()))
+            .collect();
+        c.sort();
+        c
+    };
+    let owned_by_set = vec![format!("StatefulSet/{kv_uid}")];
+    eventually("kv's claims are owned by the set", Duration::from_secs(60), || async {
+        let c = kv_claims().await;
+        let want: Vec<(String, Vec<String>)> = (0..3).map(|o| (format!("data-kv-{o}"), owned_by_set.clone())).collect();
+        (c == want).then_some(()).ok_or(format!("{c:?}"))
+    })
+    .await;
+    sets.patch("kv", &pm, &kube::api::Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "example.com/kv:2"}]}}}}))).await.unwrap();
+    eventually("kv:2 rolled out", Duration::from_secs(120), kv_pods_on("example.com/kv:2", 3)).await;
+    sets.patch("kv", &pm, &kube::api::Patch::Merge(json!({"spec": {"replicas": 1}}))).await.unwrap();
+    eventually("scaled to kv-0, with only its claim left", Duration::from_secs(120), || async {
+        let left: Vec<String> = pods.list(&ListParams::default().labels("app=kv")).await.map_err(|e| e.to_string())?.items.into_iter().filter_map(|p| p.metadata.name).collect();
+        let c = kv_claims().await;
+        (left == ["kv-0"] && c == [("data-kv-0".to_string(), owned_by_set.clone())]).then_some(()).ok_or(format!("{left:?} {c:?}"))
+    })
+    .await;
+    sets.delete("kv", &kube::api::DeleteParams::background()).await.unwrap();
+    eventually("the set's last claim goes with it", Duration::from_secs(120), || async {
+        let c = kv_claims().await;
+        c.is_empty().then_some(()).ok_or(format!("{c:?}"))
+    })
+    .await;
 }

@@ -170,7 +170,9 @@ fn default_job_spec(spec: &mut Value) {
             s.insert("completions".into(), json!(1));
         }
         s.entry("parallelism").or_insert(json!(1));
-        s.entry("backoffLimit").or_insert(json!(6));
+        // With backoffLimitPerIndex the per-index limits rule: the Job-wide one is MaxInt32.
+        let global = if s.get("backoffLimitPerIndex").is_some_and(|v| !v.is_null()) { i32::MAX } else { 6 };
+        s.entry("backoffLimit").or_insert(json!(global));
         s.entry("completionMode").or_insert(json!("NonIndexed"));
         s.entry("suspend").or_insert(json!(false));
         if s.get("podFailurePolicy").is_none() {
@@ -435,6 +437,9 @@ mod tests {
         assert_eq!((j["spec"]["completions"].as_i64(), j["spec"]["parallelism"].as_i64(), j["spec"]["backoffLimit"].as_i64()), (Some(1), Some(1), Some(6)));
         assert_eq!(j["spec"]["podReplacementPolicy"], "TerminatingOrFailed");
         assert!(validate(def, &j).is_ok());
+        let mut per_index = json!({"metadata": {"name": "pi", "uid": "u-3"}, "spec": {"completionMode": "Indexed", "completions": 3, "backoffLimitPerIndex": 1, "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}});
+        apply_defaults(def, &mut per_index, true);
+        assert_eq!(per_index["spec"]["backoffLimit"].as_i64(), Some(i64::from(i32::MAX)), "per-index limits: no Job-wide one");
         let mut queue = json!({"metadata": {"name": "q", "uid": "u-2"}, "spec": {"parallelism": 3, "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}});
         apply_defaults(def, &mut queue, true);
         assert!(queue["spec"].get("completions").is_none(), "parallelism alone is a work queue");

@@ -2,13 +2,16 @@
 //! (1, 2, 4, … so a failing template costs one request, not hundreds), each created pod
 //! recorded in the controller's expectations before the watch shows it, a
 //! `SuccessfulCreate` Event per pod and a `FailedCreate` Event for the batch that failed.
-//! ReplicaSets, Jobs and DaemonSets share it.
+//! ReplicaSets, Jobs and DaemonSets share it, and the writes that adopt and release a
+//! pod ([`adopt`], [`release`]) for the controllers that claim pods by selector.
 
 use tokio::time::Instant;
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use keelson_component::events::{EventRecorder, EventType};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
 
 use crate::expectations::Expectations;
 use crate::informers::SyncError;
@@ -51,4 +54,47 @@ pub async fn create_in_batches(api: &Api<Pod>, who: &Creator<'_>, pods: &[Pod]) 
         }
     }
     Ok(())
+}
+
+fn gone(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// Adopts orphan `pod` (the copy the decision was taken on): `owner` becomes its
+/// controller and `finalizer`, if any, is added — conditional on that copy's version,
+/// so a pod changed since (perhaps adopted by another) is left for the next sync.
+pub async fn adopt(api: &Api<Pod>, pod: &Pod, owner: &OwnerReference, finalizer: Option<&str>) -> Result<(), SyncError> {
+    let mut refs = pod.metadata.owner_references.clone().unwrap_or_default();
+    refs.retain(|r| r.uid != owner.uid);
+    refs.push(owner.clone());
+    let mut patch = json!({"metadata": {"ownerReferences": refs, "uid": pod.metadata.uid, "resourceVersion": pod.metadata.resource_version}});
+    if let Some(f) = finalizer {
+        let mut finalizers = pod.metadata.finalizers.clone().unwrap_or_default();
+        if !finalizers.iter().any(|x| x == f) {
+            finalizers.push(f.to_string());
+        }
+        patch["metadata"]["finalizers"] = json!(finalizers);
+    }
+    write(api, pod, patch).await
+}
+
+/// Releases `pod` from the owner of uid `owner_uid` (and drops `finalizer`, if any).
+pub async fn release(api: &Api<Pod>, pod: &Pod, owner_uid: &str, finalizer: Option<&str>) -> Result<(), SyncError> {
+    let refs: Vec<&OwnerReference> = pod.metadata.owner_references.iter().flatten().filter(|o| o.uid != owner_uid).collect();
+    let refs = if refs.is_empty() { serde_json::Value::Null } else { json!(refs) };
+    let mut patch = json!({"metadata": {"ownerReferences": refs, "uid": pod.metadata.uid, "resourceVersion": pod.metadata.resource_version}});
+    if let Some(f) = finalizer {
+        let kept: Vec<&String> = pod.metadata.finalizers.iter().flatten().filter(|x| *x != f).collect();
+        patch["metadata"]["finalizers"] = if kept.is_empty() { serde_json::Value::Null } else { json!(kept) };
+    }
+    write(api, pod, patch).await
+}
+
+async fn write(api: &Api<Pod>, pod: &Pod, patch: serde_json::Value) -> Result<(), SyncError> {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    match api.patch(name, &PatchParams::default(), &Patch::Merge(patch)).await {
+        Ok(_) => Ok(()),
+        Err(e) if gone(&e) => Ok(()),
+        Err(e) => Err(SyncError::from_kube(e)),
+    }
 }

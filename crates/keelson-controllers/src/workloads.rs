@@ -1,6 +1,7 @@
 //! The reflectors and work queues of the workload controllers (Job, CronJob, DaemonSet,
 //! StatefulSet), apart from the ReplicaSet/Deployment ones in [`crate::informers`]: a pod
-//! goes to the Job, DaemonSet or StatefulSet that controls it, a Job to itself and its
+//! goes to the Job, DaemonSet or StatefulSet that controls it (an orphan to every Job
+//! whose selector matches it), a Job to itself and its
 //! CronJob, a Node to every DaemonSet. One term runs them all until it ends.
 
 use std::collections::HashMap;
@@ -22,6 +23,7 @@ use crate::expectations::Expectations;
 use crate::garbage::reconcile::WORKLOAD_OWNER_KINDS;
 use crate::informers::{key_of, SyncError};
 use crate::pods::controller_of;
+use crate::selector::Selector;
 use crate::work::{work_queue, WorkQueue};
 
 /// The resourceVersion of each object's last status write by this term, so that a sync
@@ -99,11 +101,30 @@ pub async fn run(term: Leadership) {
     let (cronjob_queue, cronjob_rx) = work_queue();
     let (daemonset_queue, daemonset_rx) = work_queue();
     let (statefulset_queue, statefulset_rx) = work_queue();
+    let (jobs, job_task) = {
+        let (jq, cq) = (job_queue.clone(), cronjob_queue.clone());
+        reflect(Api::<Job>::all(client.clone()), &term, move |j: &Job| {
+            jq.add(&key_of(j));
+            if let Some(k) = owner_key(&j.metadata, "CronJob") {
+                cq.add(&k);
+            }
+        })
+    };
     let (pods, pod_task) = {
         let (jq, dq, sq) = (job_queue.clone(), daemonset_queue.clone(), statefulset_queue.clone());
+        let all_jobs = jobs.clone();
         reflect(Api::<Pod>::all(client.clone()), &term, move |p: &Pod| {
             if let Some(k) = owner_key(&p.metadata, "Job") {
                 jq.add(&k);
+            }
+            if controller_of(&p.metadata).is_none() {
+                // An orphan: every Job of its namespace whose selector matches may adopt it.
+                let labels = p.metadata.labels.clone().unwrap_or_default();
+                for j in all_jobs.state().iter().filter(|j| j.metadata.namespace == p.metadata.namespace) {
+                    if j.spec.as_ref().is_some_and(|s| s.selector.as_ref().is_some_and(|sel| Selector::new(sel).matches(&labels))) {
+                        jq.add(&key_of(j.as_ref()));
+                    }
+                }
             }
             if let Some(k) = owner_key(&p.metadata, "DaemonSet") {
                 dq.add(&k);
@@ -129,15 +150,6 @@ pub async fn run(term: Leadership) {
         })
     };
     let (claims, claim_task) = reflect(Api::<PersistentVolumeClaim>::all(client.clone()), &term, |_: &PersistentVolumeClaim| {});
-    let (jobs, job_task) = {
-        let (jq, cq) = (job_queue.clone(), cronjob_queue.clone());
-        reflect(Api::<Job>::all(client.clone()), &term, move |j: &Job| {
-            jq.add(&key_of(j));
-            if let Some(k) = owner_key(&j.metadata, "CronJob") {
-                cq.add(&k);
-            }
-        })
-    };
     let (cronjobs, cronjob_task) = {
         let cq = cronjob_queue.clone();
         reflect(Api::<CronJob>::all(client.clone()), &term, move |c: &CronJob| cq.add(&key_of(c)))
@@ -206,7 +218,7 @@ pub async fn run(term: Leadership) {
 }
 
 /// The garbage collector's sweep for what these controllers own: Jobs of CronJobs, pods
-/// of Jobs, DaemonSets and StatefulSets.
+/// of Jobs, DaemonSets and StatefulSets, claims of StatefulSets.
 async fn collect_garbage(ctx: &WorkloadCtx) {
     loop {
         tokio::select! {
@@ -221,6 +233,9 @@ async fn collect_garbage(ctx: &WorkloadCtx) {
         objects.extend(jobs.iter().map(|j| ("Job", &j.metadata)));
         objects.extend(sets.iter().map(|d| ("DaemonSet", &d.metadata)));
         objects.extend(pods.iter().map(|p| ("Pod", &p.metadata)));
+        // Claims a StatefulSet owns (persistentVolumeClaimRetentionPolicy whenDeleted: Delete).
+        let claims = ctx.claims.state();
+        objects.extend(claims.iter().map(|c| ("PersistentVolumeClaim", &c.metadata)));
         if !crate::garbage::sweep(&ctx.term, &crate::garbage::Kinds::workloads(), &objects, &WORKLOAD_OWNER_KINDS).await {
             return;
         }

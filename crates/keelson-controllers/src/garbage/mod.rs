@@ -13,7 +13,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use keelson_component::Leadership;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::json;
@@ -39,6 +39,7 @@ impl Kinds {
         k.add("CronJob", ApiResource::erase::<CronJob>(&()), true);
         k.add("DaemonSet", ApiResource::erase::<DaemonSet>(&()), true);
         k.add("StatefulSet", ApiResource::erase::<StatefulSet>(&()), true);
+        k.add("PersistentVolumeClaim", ApiResource::erase::<PersistentVolumeClaim>(&()), true);
         k
     }
 

@@ -2,8 +2,8 @@
 //! `onExitCodes` (a container terminated with a non-zero code In / NotIn the values,
 //! optionally only container `containerName`) or `onPodConditions` (a condition of that
 //! type and status) matches decides — FailJob, Ignore (not counted against
-//! backoffLimit) or Count; no match counts. FailIndex needs backoffLimitPerIndex, which
-//! is not implemented, and counts.
+//! backoffLimit) or Count; no match counts. FailIndex fails the pod's index at once
+//! (it needs backoffLimitPerIndex; without it, it counts).
 
 use k8s_openapi::api::batch::v1::{PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyOnPodConditionsPattern};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
@@ -15,6 +15,15 @@ pub enum Verdict {
     Ignore,
     /// Fail the Job, with this message.
     FailJob(String),
+    /// Fail the pod's index (counted as a failure).
+    FailIndex,
+}
+
+impl Verdict {
+    /// Whether the failure counts (against backoffLimit, or its index's limit).
+    pub fn counts(&self) -> bool {
+        !matches!(self, Verdict::Ignore)
+    }
 }
 
 fn exit_code_match<'a>(pod: &'a Pod, req: &PodFailurePolicyOnExitCodesRequirement) -> Option<&'a ContainerStatus> {
@@ -56,6 +65,7 @@ pub fn judge(policy: &PodFailurePolicy, pod: &Pod) -> Verdict {
             return match rule.action.as_str() {
                 "FailJob" => Verdict::FailJob(message),
                 "Ignore" => Verdict::Ignore,
+                "FailIndex" => Verdict::FailIndex,
                 _ => Verdict::Count,
             };
         }
@@ -93,5 +103,9 @@ mod tests {
         assert_eq!(judge(&other, &failed(42, json!([]))), Verdict::Count, "another container's rule");
         let conditions = policy(json!([{"action": "FailJob", "onPodConditions": [{"type": "ConfigIssue", "status": "True"}]}]));
         assert_eq!(judge(&conditions, &failed(1, json!([{"type": "ConfigIssue", "status": "True"}]))), Verdict::FailJob("Pod d/pi-x has condition ConfigIssue matching FailJob rule at index 0".into()));
+        let index = policy(json!([{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [3]}}]));
+        assert_eq!(judge(&index, &failed(3, json!([]))), Verdict::FailIndex);
+        assert_eq!(judge(&index, &failed(4, json!([]))), Verdict::Count);
+        assert!(Verdict::FailIndex.counts() && Verdict::Count.counts() && !Verdict::Ignore.counts());
     }
 }

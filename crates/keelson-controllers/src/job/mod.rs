@@ -1,7 +1,9 @@
 //! The Job controller: runs a Job's pods to completion ([`reconcile::reconcile`] decides)
 //! and deletes finished Jobs whose `ttlSecondsAfterFinished` has passed (Kubernetes'
 //! ttl-after-finished controller, folded in here). The executor writes the status before
-//! it removes any pod's tracking finalizer, so a crash in between loses no count.
+//! it removes any pod's tracking finalizer, so a crash in between loses no count. Orphans
+//! the selector matches are adopted (with the finalizer) and pods it no longer matches
+//! released (without it) before anything else.
 
 pub mod failure_policy;
 pub mod reconcile;
@@ -19,7 +21,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::informers::SyncError;
-use crate::pod_creation::{create_in_batches, Creator};
+use crate::pod_creation::{adopt, create_in_batches, release, Creator};
 use crate::pods::controller_of;
 use crate::workloads::WorkloadCtx;
 use reconcile::{Plan, TRACKING_FINALIZER};
@@ -70,6 +72,19 @@ pub(crate) async fn sync(ctx: Arc<WorkloadCtx>, key: String) -> Result<Option<Du
 async fn execute(ctx: &WorkloadCtx, exp_key: &str, job: &Job, plan: &Plan, pod_api: &Api<Pod>, jobs: &Api<Job>) -> Result<(), SyncError> {
     let reference = job.object_ref(&());
     let name = job.metadata.name.as_deref().unwrap_or_default();
+    let ns = job.metadata.namespace.as_deref().unwrap_or("default");
+    // Claims first, as Kubernetes' ControllerRefManager: adopted pods get the finalizer.
+    let owner = crate::pods::controller_ref("batch/v1", "Job", &job.metadata);
+    for pod in &plan.adopt {
+        if let Some(current) = ctx.pods.get(&ObjectRef::new(pod).within(ns)) {
+            adopt(pod_api, &current, &owner, Some(TRACKING_FINALIZER)).await?;
+        }
+    }
+    for pod in &plan.release {
+        if let Some(current) = ctx.pods.get(&ObjectRef::new(pod).within(ns)) {
+            release(pod_api, &current, &owner.uid, Some(TRACKING_FINALIZER)).await?;
+        }
+    }
     // Status first: what is uncounted is recorded before any finalizer goes.
     if job.status.as_ref() != Some(&plan.status) {
         let mut updated = job.clone();
@@ -78,7 +93,6 @@ async fn execute(ctx: &WorkloadCtx, exp_key: &str, job: &Job, plan: &Plan, pod_a
         let key = format!("{}/{name}", job.metadata.namespace.as_deref().unwrap_or("default"));
         ctx.job_status_written.wrote(&key, written.metadata.resource_version.as_deref());
     }
-    let ns = job.metadata.namespace.as_deref().unwrap_or("default");
     for pod in &plan.remove_finalizers {
         remove_finalizer(ctx, ns, pod_api, pod).await?;
     }
@@ -96,7 +110,7 @@ async fn execute(ctx: &WorkloadCtx, exp_key: &str, job: &Job, plan: &Plan, pod_a
     }
     if !plan.create.is_empty() {
         let who = Creator { expectations: &ctx.expectations, key: exp_key, events: &ctx.job_events, reference: &job.object_ref(&()) };
-        let templates: Vec<Pod> = plan.create.iter().map(|i| reconcile::pod_for(job, *i)).collect();
+        let templates: Vec<Pod> = plan.create.iter().map(|i| reconcile::pod_for(job, *i, i.and_then(|i| plan.index_failures.get(&i).copied()).unwrap_or_default())).collect();
         create_in_batches(pod_api, &who, &templates).await?;
     }
     for e in &plan.events {

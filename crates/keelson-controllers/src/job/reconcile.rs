@@ -13,9 +13,19 @@
 //! - success adds `SuccessCriteriaMet`, a failure `FailureTarget` (PodFailurePolicy,
 //!   BackoffLimitExceeded, DeadlineExceeded); once no pod is left running or uncounted, `Complete` (with
 //!   completionTime) or `Failed` follows;
-//! - `suspend` deletes the running pods, sets `Suspended`, and resuming resets startTime.
+//! - `suspend` deletes the running pods, sets `Suspended`, and resuming resets startTime;
+//! - pods are claimed by the selector ([`crate::pods::claim`]): orphans it matches are
+//!   adopted (and get the tracking finalizer), pods it no longer matches released;
+//! - with `backoffLimitPerIndex` (Indexed Jobs, KEP-3850) each index counts its own
+//!   failures in the `batch.kubernetes.io/job-index-failure-count` annotation of the pod
+//!   that replaces a failed one (ignored failures in `…-ignored-failure-count`); a failed
+//!   pod keeps its finalizer until its replacement exists, so the count is never lost;
+//!   an index past its limit (or whose pod matched a FailIndex rule) joins
+//!   `status.failedIndexes` and is not retried; each index backs off on its own; more
+//!   failed indexes than `maxFailedIndexes` fail the Job (`MaxFailedIndexesExceeded`),
+//!   and so does every index done with some failed (`FailedIndexes`).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus, UncountedTerminatedPods};
@@ -23,12 +33,15 @@ use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, Pod}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::failure_policy::{judge, Verdict};
-use crate::pods::{controller_of, controller_ref, is_ready};
+use crate::pods::{claim, controller_ref, is_ready};
+use crate::selector::Selector;
 use crate::replicaset::reconcile::deletion_rank;
 
 pub const TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
 pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 pub const COMPLETION_INDEX_ENV: &str = "JOB_COMPLETION_INDEX";
+pub const INDEX_FAILURE_COUNT: &str = "batch.kubernetes.io/job-index-failure-count";
+pub const INDEX_IGNORED_FAILURE_COUNT: &str = "batch.kubernetes.io/job-index-ignored-failure-count";
 
 /// Most pods created or deleted by one sync (as the ReplicaSet controller).
 pub const BURST_PODS: usize = 500;
@@ -40,6 +53,8 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(600);
 pub const MSG_BACKOFF: &str = "Job has reached the specified backoff limit";
 pub const MSG_DEADLINE: &str = "Job was active longer than specified deadline";
 pub const MSG_COMPLETIONS: &str = "Reached expected number of succeeded pods";
+pub const MSG_MAX_FAILED_INDEXES: &str = "Job has exceeded the specified maximum number of failed indexes";
+pub const MSG_FAILED_INDEXES: &str = "Job has failed indexes";
 
 /// An Event to record on the Job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,8 +66,15 @@ pub struct JobEvent {
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
+    /// Orphans to adopt (by name).
+    pub adopt: Vec<String>,
+    /// Pods to release (by name): controlled, but no longer selected.
+    pub release: Vec<String>,
     /// Pods to create (by completion index for Indexed Jobs).
     pub create: Vec<Option<i32>>,
+    /// With backoffLimitPerIndex: the (failure, ignored failure) counts the new pod of
+    /// each index in `create` carries; an index not here starts at (0, 0).
+    pub index_failures: BTreeMap<i32, (i32, i32)>,
     /// Running pods to delete, most expendable first.
     pub delete: Vec<String>,
     /// Pods whose tracking finalizer is to be removed — only after `status` is written.
@@ -125,6 +147,20 @@ pub fn index_of(pod: &Pod) -> Option<i32> {
     v.parse().ok().filter(|i: &i32| *i >= 0)
 }
 
+fn count_annotation(pod: &Pod, key: &str) -> i32 {
+    pod.metadata.annotations.as_ref().and_then(|a| a.get(key)).and_then(|v| v.parse().ok()).filter(|n: &i32| *n >= 0).unwrap_or(0)
+}
+
+/// The failures of its index before `pod` (its `job-index-failure-count`).
+pub fn index_failure_count(pod: &Pod) -> i32 {
+    count_annotation(pod, INDEX_FAILURE_COUNT)
+}
+
+/// All failures of its index before `pod`, ignored ones included.
+fn absolute_failure_count(pod: &Pod) -> i32 {
+    index_failure_count(pod).saturating_add(count_annotation(pod, INDEX_IGNORED_FAILURE_COUNT))
+}
+
 /// Counted as failed: Failed, or (when replacements need not wait for Failed) deleted
 /// before it succeeded.
 fn counts_failed(pod: &Pod, only_failed: bool) -> bool {
@@ -186,8 +222,9 @@ fn finish_time(pod: &Pod) -> Option<jiff::Timestamp> {
     finished.or_else(|| s.conditions.iter().flatten().filter_map(|c| c.last_transition_time.as_ref()).map(|t| t.0).max())
 }
 
-/// A new pod of `job` (for completion `index` if Indexed), with the tracking finalizer.
-pub fn pod_for(job: &Job, index: Option<i32>) -> Pod {
+/// A new pod of `job` (for completion `index` if Indexed), with the tracking finalizer;
+/// with backoffLimitPerIndex it carries its index's (failure, ignored failure) counts.
+pub fn pod_for(job: &Job, index: Option<i32>, failures: (i32, i32)) -> Pod {
     let job_name = job.metadata.name.clone().unwrap_or_default();
     let template = job.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
     let tm = template.metadata.unwrap_or_default();
@@ -198,6 +235,12 @@ pub fn pod_for(job: &Job, index: Option<i32>) -> Pod {
         Some(i) => {
             labels.insert(COMPLETION_INDEX.into(), i.to_string());
             annotations.insert(COMPLETION_INDEX.into(), i.to_string());
+            if job.spec.as_ref().is_some_and(|s| s.backoff_limit_per_index.is_some()) {
+                annotations.insert(INDEX_FAILURE_COUNT.into(), failures.0.to_string());
+                if failures.1 > 0 {
+                    annotations.insert(INDEX_IGNORED_FAILURE_COUNT.into(), failures.1.to_string());
+                }
+            }
             spec.hostname.get_or_insert_with(|| format!("{job_name}-{i}"));
             let env = EnvVar {
                 name: COMPLETION_INDEX_ENV.into(),
@@ -235,9 +278,12 @@ pub fn pod_for(job: &Job, index: Option<i32>) -> Pod {
 /// The sync of `job` over `pods` (every pod of its namespace; those it controls count).
 pub fn reconcile(job: &Job, pods: &[&Pod], now: jiff::Timestamp) -> Plan {
     let job_uid = job.metadata.uid.clone().unwrap_or_default();
-    let owned: Vec<&Pod> = pods.iter().copied().filter(|p| controller_of(&p.metadata).is_some_and(|o| o.uid == job_uid)).collect();
-    let mut plan = Plan { status: job.status.clone().unwrap_or_default(), ..Default::default() };
-    if is_finished(job) || job.metadata.deletion_timestamp.is_some() {
+    let selector = Selector::new(&job.spec.as_ref().and_then(|s| s.selector.clone()).unwrap_or_default());
+    let done_or_going = is_finished(job) || job.metadata.deletion_timestamp.is_some();
+    let claimed = claim(&job_uid, &selector, pods, done_or_going);
+    let owned = claimed.owned;
+    let mut plan = Plan { status: job.status.clone().unwrap_or_default(), adopt: claimed.adopt, release: claimed.release, ..Default::default() };
+    if done_or_going {
         // Nothing more runs; a straggler's finalizer must not keep it forever.
         plan.remove_finalizers = owned.iter().filter(|p| has_finalizer(p)).map(|p| name(p)).collect();
         return plan;
@@ -266,38 +312,69 @@ pub fn reconcile(job: &Job, pods: &[&Pod], now: jiff::Timestamp) -> Plan {
         }
     }
     let mut completed: BTreeSet<i32> = parse_indexes(plan.status.completed_indexes.as_deref().unwrap_or(""));
-    let mut fail_job: Option<String> = None;
-    for p in owned.iter().filter(|p| has_finalizer(p)) {
-        let u = uid(p);
-        let known = unc_succeeded.contains(&u) || unc_failed.contains(&u);
-        if !known {
-            if phase(p) == Some("Succeeded") {
-                unc_succeeded.push(u);
-            } else if counts_failed(p, only_failed) {
-                let verdict = match (&spec.pod_failure_policy, phase(p)) {
-                    (Some(policy), Some("Failed")) => judge(policy, p),
-                    _ => Verdict::Count,
-                };
-                match verdict {
-                    Verdict::Ignore => {}
-                    Verdict::Count => unc_failed.push(u),
-                    Verdict::FailJob(message) => {
-                        fail_job.get_or_insert(message);
-                        unc_failed.push(u);
-                    }
-                }
-            } else {
-                continue;
-            }
-        }
-        plan.remove_finalizers.push(name(p));
-    }
     if indexed {
         for p in owned.iter().filter(|p| phase(p) == Some("Succeeded")) {
             if let Some(i) = index_of(p).filter(|i| completions.is_none_or(|c| *i < c)) {
                 completed.insert(i);
             }
         }
+    }
+    let verdict_of = |p: &Pod| match (&spec.pod_failure_policy, phase(p)) {
+        (Some(policy), Some("Failed")) => judge(policy, p),
+        _ => Verdict::Count,
+    };
+    let per_index = if indexed { spec.backoff_limit_per_index } else { None };
+    let in_range = |i: &i32| completions.is_some_and(|c| *i < c);
+    // Per index: the failed indexes, and the last failed pod of each index still to be
+    // retried, whose finalizer stays until its replacement carries the count on.
+    let mut failed_indexes: BTreeSet<i32> = BTreeSet::new();
+    let mut delayed: BTreeMap<i32, &Pod> = BTreeMap::new();
+    if let Some(limit) = per_index {
+        failed_indexes = parse_indexes(plan.status.failed_indexes.as_deref().unwrap_or("")).into_iter().filter(in_range).collect();
+        for p in owned.iter().filter(|p| has_finalizer(p) && counts_failed(p, only_failed)) {
+            let verdict = verdict_of(p);
+            let index_failed = verdict == Verdict::FailIndex || (verdict.counts() && index_failure_count(p) >= limit);
+            if let Some(i) = index_of(p).filter(in_range).filter(|_| index_failed) {
+                failed_indexes.insert(i);
+            }
+        }
+        let active_indexes: BTreeSet<i32> = owned.iter().filter(|p| is_active(p)).filter_map(|p| index_of(p)).collect();
+        for p in owned.iter().copied().filter(|p| counts_failed(p, only_failed)) {
+            let Some(i) = index_of(p).filter(in_range) else { continue };
+            if completed.contains(&i) || failed_indexes.contains(&i) || active_indexes.contains(&i) {
+                continue;
+            }
+            let later = |q: &Pod| (absolute_failure_count(q), finish_time(q));
+            if delayed.get(&i).is_none_or(|last| later(last) <= later(p)) {
+                delayed.insert(i, p);
+            }
+        }
+    }
+    let mut fail_job: Option<String> = None;
+    let mut held: Vec<(&Pod, Verdict)> = Vec::new();
+    for p in owned.iter().copied().filter(|p| has_finalizer(p)) {
+        let u = uid(p);
+        let known = unc_succeeded.contains(&u) || unc_failed.contains(&u);
+        if !known {
+            if phase(p) == Some("Succeeded") {
+                unc_succeeded.push(u);
+            } else if counts_failed(p, only_failed) {
+                let verdict = verdict_of(p);
+                if let Verdict::FailJob(message) = &verdict {
+                    fail_job.get_or_insert(message.clone());
+                }
+                if index_of(p).and_then(|i| delayed.get(&i)).is_some_and(|d| uid(d) == u) {
+                    held.push((p, verdict));
+                    continue;
+                }
+                if verdict.counts() {
+                    unc_failed.push(u);
+                }
+            } else {
+                continue;
+            }
+        }
+        plan.remove_finalizers.push(name(p));
     }
     let succeeded_eff = if indexed { completed.len() as i32 } else { succeeded + unc_succeeded.len() as i32 };
     let failed_eff = failed + unc_failed.len() as i32;
@@ -343,6 +420,10 @@ pub fn reconcile(job: &Job, pods: &[&Pod], now: jiff::Timestamp) -> Plan {
             set_condition(&mut status, "FailureTarget", "True", "BackoffLimitExceeded", MSG_BACKOFF, now);
         } else if deadline.is_some_and(|d| now >= d) {
             set_condition(&mut status, "FailureTarget", "True", "DeadlineExceeded", MSG_DEADLINE, now);
+        } else if per_index.is_some() && spec.max_failed_indexes.is_some_and(|m| failed_indexes.len() as i32 > m) {
+            set_condition(&mut status, "FailureTarget", "True", "MaxFailedIndexesExceeded", MSG_MAX_FAILED_INDEXES, now);
+        } else if per_index.is_some() && !failed_indexes.is_empty() && (failed_indexes.len() + completed.len()) as i32 >= completions.unwrap_or(0) {
+            set_condition(&mut status, "FailureTarget", "True", "FailedIndexes", MSG_FAILED_INDEXES, now);
         } else if done {
             set_condition(&mut status, "SuccessCriteriaMet", "True", "CompletionsReached", MSG_COMPLETIONS, now);
         } else if let Some(d) = deadline {
@@ -350,6 +431,15 @@ pub fn reconcile(job: &Job, pods: &[&Pod], now: jiff::Timestamp) -> Plan {
         }
     }
     let finishing = has_condition(&status, "SuccessCriteriaMet").is_some() || has_condition(&status, "FailureTarget").is_some();
+    // A finishing Job retries nothing: the failed pods it held are counted now.
+    if finishing {
+        for (p, verdict) in held.drain(..) {
+            if verdict.counts() {
+                unc_failed.push(uid(p));
+            }
+            plan.remove_finalizers.push(name(p));
+        }
+    }
 
     let mut ranked = active.clone();
     ranked.sort_by_key(|p| deletion_rank(p));
@@ -361,14 +451,37 @@ pub fn reconcile(job: &Job, pods: &[&Pod], now: jiff::Timestamp) -> Plan {
         let mut excess = Vec::new();
         for p in &ranked {
             match index_of(p) {
-                Some(i) if i < c && !completed.contains(&i) && running.insert(i) => {}
+                Some(i) if i < c && !completed.contains(&i) && !failed_indexes.contains(&i) && running.insert(i) => {}
                 _ => excess.push(name(p)),
             }
         }
         let room = (parallelism - running.len() as i32).max(0) as usize;
         plan.delete = excess;
-        let pending: Vec<i32> = (0..c).filter(|i| !completed.contains(i) && !running.contains(i)).take(room.min(BURST_PODS)).collect();
-        plan.create = pending.into_iter().map(Some).collect();
+        let pending: Vec<i32> = (0..c).filter(|i| !completed.contains(i) && !running.contains(i) && !failed_indexes.contains(i)).take(room.min(BURST_PODS)).collect();
+        let mut wait: Option<Duration> = None;
+        for i in pending {
+            // Per index, a retry waits out its own index's backoff.
+            let Some(last) = delayed.get(&i) else {
+                plan.create.push(Some(i));
+                continue;
+            };
+            let ready_at = finish_time(last).map(|t| t + jiff::SignedDuration::try_from(backoff(absolute_failure_count(last) + 1)).unwrap_or_default());
+            match ready_at.filter(|r| now < *r) {
+                Some(r) => {
+                    let left = Duration::try_from(r - now).unwrap_or(Duration::ZERO) + Duration::from_millis(100);
+                    wait = Some(wait.map_or(left, |w| w.min(left)));
+                }
+                None => {
+                    let counted = verdict_of(last).counts();
+                    let (f, ig) = (index_failure_count(last), count_annotation(last, INDEX_IGNORED_FAILURE_COUNT));
+                    plan.index_failures.insert(i, if counted { (f + 1, ig) } else { (f, ig + 1) });
+                    plan.create.push(Some(i));
+                }
+            }
+        }
+        if let Some(w) = wait {
+            plan.requeue = Some(plan.requeue.map_or(w, |r| r.min(w)));
+        }
     } else {
         let want = match completions {
             Some(c) => (c - succeeded_eff).clamp(0, parallelism),
@@ -382,7 +495,7 @@ pub fn reconcile(job: &Job, pods: &[&Pod], now: jiff::Timestamp) -> Plan {
         }
     }
     // Replacements after failures wait out the backoff.
-    if !plan.create.is_empty() && failed_eff > 0 {
+    if !plan.create.is_empty() && failed_eff > 0 && per_index.is_none() {
         let last = owned.iter().filter(|p| counts_failed(p, only_failed)).filter_map(|p| finish_time(p)).max();
         if let Some(last) = last {
             let ready_at = last + jiff::SignedDuration::try_from(backoff(failed_eff)).unwrap_or_default();
@@ -403,6 +516,8 @@ pub fn reconcile(job: &Job, pods: &[&Pod], now: jiff::Timestamp) -> Plan {
             let reason: &'static str = match reason.as_str() {
                 "DeadlineExceeded" => "DeadlineExceeded",
                 "PodFailurePolicy" => "PodFailurePolicy",
+                "MaxFailedIndexesExceeded" => "MaxFailedIndexesExceeded",
+                "FailedIndexes" => "FailedIndexes",
                 _ => "BackoffLimitExceeded",
             };
             plan.events.push(JobEvent { warning: true, reason, message });
@@ -421,6 +536,9 @@ pub fn reconcile(job: &Job, pods: &[&Pod], now: jiff::Timestamp) -> Plan {
     if indexed {
         status.completed_indexes = Some(format_indexes(&completed));
     }
+    if per_index.is_some() {
+        status.failed_indexes = Some(format_indexes(&failed_indexes));
+    }
     status.uncounted_terminated_pods = Some(UncountedTerminatedPods { succeeded: Some(unc_succeeded), failed: Some(unc_failed) });
     plan.status = status;
     plan
@@ -438,3 +556,7 @@ pub fn ttl_remaining(job: &Job, now: jiff::Timestamp) -> Option<Duration> {
 #[cfg(test)]
 #[path = "reconcile_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "per_index_tests.rs"]
+mod per_index_tests;

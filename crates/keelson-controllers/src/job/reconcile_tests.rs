@@ -1,17 +1,17 @@
 use super::*;
 use serde_json::{json, Value};
 
-const NOW: &str = "2026-01-01T00:10:00Z";
+pub(super) const NOW: &str = "2026-01-01T00:10:00Z";
 
-fn now() -> jiff::Timestamp {
+pub(super) fn now() -> jiff::Timestamp {
     NOW.parse().unwrap()
 }
 
-fn at(s: &str) -> jiff::Timestamp {
+pub(super) fn at(s: &str) -> jiff::Timestamp {
     s.parse().unwrap()
 }
 
-fn job(spec: Value, status: Value) -> Job {
+pub(super) fn job(spec: Value, status: Value) -> Job {
     let mut j = json!({
         "metadata": {"name": "pi", "namespace": "d", "uid": "job-uid"},
         "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 6, "completionMode": "NonIndexed", "suspend": false,
@@ -26,8 +26,9 @@ fn job(spec: Value, status: Value) -> Job {
 }
 
 /// A pod of the Job: `phase`, with the tracking finalizer unless `counted`.
-fn pod(name: &str, phase: &str, counted: bool) -> Pod {
+pub(super) fn pod(name: &str, phase: &str, counted: bool) -> Pod {
     let mut p = json!({"metadata": {"name": name, "namespace": "d", "uid": format!("uid-{name}"), "creationTimestamp": "2026-01-01T00:00:00Z",
+        "labels": {"batch.kubernetes.io/controller-uid": "job-uid"},
         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "pi", "uid": "job-uid", "controller": true}]},
         "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x"}]},
         "status": {"phase": phase}});
@@ -41,12 +42,12 @@ fn pod(name: &str, phase: &str, counted: bool) -> Pod {
     serde_json::from_value(p).unwrap()
 }
 
-fn indexed(mut p: Pod, i: i32) -> Pod {
+pub(super) fn indexed(mut p: Pod, i: i32) -> Pod {
     p.metadata.annotations = Some([(COMPLETION_INDEX.to_string(), i.to_string())].into());
     p
 }
 
-fn conditions(plan: &Plan) -> Vec<(String, String, String)> {
+pub(super) fn conditions(plan: &Plan) -> Vec<(String, String, String)> {
     plan.status.conditions.iter().flatten().map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone().unwrap_or_default())).collect()
 }
 
@@ -203,7 +204,7 @@ fn indexed_jobs_run_one_pod_per_pending_index_and_record_completed_indexes() {
 #[test]
 fn indexed_pods_carry_their_index_and_every_pod_the_finalizer() {
     let j = job(json!({"completionMode": "Indexed", "completions": 3}), json!({}));
-    let p = pod_for(&j, Some(2));
+    let p = pod_for(&j, Some(2), (0, 0));
     assert_eq!(p.metadata.generate_name.as_deref(), Some("pi-2-"));
     assert_eq!(p.metadata.annotations.as_ref().unwrap()[COMPLETION_INDEX], "2");
     assert_eq!(p.metadata.labels.as_ref().unwrap()[COMPLETION_INDEX], "2");
@@ -212,7 +213,7 @@ fn indexed_pods_carry_their_index_and_every_pod_the_finalizer() {
     let env = &spec.containers[0].env.as_ref().unwrap()[0];
     assert_eq!(env.name, COMPLETION_INDEX_ENV);
     assert_eq!(env.value_from.as_ref().unwrap().field_ref.as_ref().unwrap().field_path, "metadata.annotations['batch.kubernetes.io/job-completion-index']");
-    let plain = pod_for(&job(json!({}), json!({})), None);
+    let plain = pod_for(&job(json!({}), json!({})), None, (0, 0));
     assert_eq!(plain.metadata.generate_name.as_deref(), Some("pi-"));
     assert_eq!(plain.metadata.finalizers, Some(vec![TRACKING_FINALIZER.to_string()]));
     assert_eq!(plain.metadata.owner_references.unwrap()[0].kind, "Job");
@@ -291,4 +292,26 @@ fn the_pod_failure_policy_fails_the_job_at_once_or_ignores_the_failure() {
     assert_eq!(plan.status.uncounted_terminated_pods.unwrap().failed, Some(vec![]), "ignored: not a failure");
     assert_eq!(plan.remove_finalizers, vec!["benign"]);
     assert_eq!(plan.create, vec![None], "replaced at once, without backoff");
+}
+
+#[test]
+fn orphans_the_selector_matches_are_adopted_and_pods_it_no_longer_matches_released() {
+    let j = job(json!({"parallelism": 2, "completions": 2}), json!({}));
+    let mut orphan = pod("orphan", "Running", true);
+    orphan.metadata.owner_references = None;
+    let mut stranger = pod("stranger", "Running", true);
+    stranger.metadata.owner_references = None;
+    stranger.metadata.labels = Some([("app".to_string(), "other".to_string())].into());
+    let mut relabeled = pod("relabeled", "Running", false);
+    relabeled.metadata.labels = Some([("batch.kubernetes.io/controller-uid".to_string(), "someone-else".to_string())].into());
+    let plan = reconcile(&j, &[&orphan, &stranger, &relabeled], now());
+    assert_eq!(plan.adopt, vec!["orphan"]);
+    assert_eq!(plan.release, vec!["relabeled"]);
+    assert_eq!(plan.status.active, Some(1), "the adopted pod runs for the Job; the released one no longer does");
+    assert_eq!(plan.create, vec![None], "one more for parallelism 2");
+    // A finished or deleted Job claims nothing.
+    let done = job(json!({}), json!({"conditions": [{"type": "Complete", "status": "True"}]}));
+    let plan = reconcile(&done, &[&orphan, &relabeled], now());
+    assert!(plan.adopt.is_empty() && plan.release.is_empty(), "{plan:?}");
+    assert_eq!(plan.remove_finalizers, vec!["relabeled"], "a straggler it still controls loses the finalizer");
 }

@@ -16,7 +16,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::informers::{Ctx, SyncError};
-use crate::pod_creation::{create_in_batches, Creator};
+use crate::pod_creation::{adopt, create_in_batches, release, Creator};
 use crate::pods::controller_ref;
 use crate::work::WorkReceiver;
 
@@ -62,16 +62,14 @@ async fn sync(ctx: Arc<Ctx>, key: String) -> Result<Option<Duration>, SyncError>
     let api: Api<Pod> = Api::namespaced(ctx.term.client.clone(), ns);
     let owner = controller_ref("apps/v1", "ReplicaSet", &rs.metadata);
     for pod in &actions.adopt {
-        let current = in_store(pod);
-        let mut refs = current.as_ref().and_then(|p| p.metadata.owner_references.clone()).unwrap_or_default();
-        refs.push(owner.clone());
-        let uid = current.as_ref().and_then(|p| p.metadata.uid.clone());
-        api.patch(pod, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"ownerReferences": refs, "uid": uid}}))).await.map_err(SyncError::from_kube)?;
+        if let Some(current) = in_store(pod) {
+            adopt(&api, &current, &owner, None).await?;
+        }
     }
     for pod in &actions.release {
-        let refs: Vec<_> = in_store(pod).and_then(|p| p.metadata.owner_references.clone()).unwrap_or_default().into_iter().filter(|o| o.uid != owner.uid).collect();
-        let refs = if refs.is_empty() { serde_json::Value::Null } else { json!(refs) };
-        api.patch(pod, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"ownerReferences": refs}}))).await.map_err(SyncError::from_kube)?;
+        if let Some(current) = in_store(pod) {
+            release(&api, &current, &owner.uid, None).await?;
+        }
     }
     if actions.create > 0 {
         let who = Creator { expectations: &ctx.expectations, key: &key, events: &ctx.rs_events, reference: &rs.object_ref(&()) };

@@ -6,7 +6,7 @@
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::pods::{controller_of, is_active, is_available, is_ready};
+use crate::pods::{claim, is_active, is_available, is_ready};
 use crate::selector::Selector;
 
 /// Most pods created or deleted by one sync.
@@ -54,25 +54,10 @@ pub fn reconcile(rs: &ReplicaSet, pods: &[&Pod], now: jiff::Timestamp) -> Action
     let spec = rs.spec.as_ref();
     let selector = spec.map(|s| Selector::new(&s.selector));
     let deleting = rs.metadata.deletion_timestamp.is_some();
-    let mut owned: Vec<&Pod> = Vec::new();
-    for &pod in pods {
-        let labels = pod.metadata.labels.clone().unwrap_or_default();
-        let matches = selector.as_ref().is_some_and(|s| s.matches(&labels));
-        match controller_of(&pod.metadata) {
-            Some(owner) if owner.uid == uid => {
-                if matches {
-                    owned.push(pod);
-                } else {
-                    actions.release.push(pod.metadata.name.clone().unwrap_or_default());
-                }
-            }
-            None if matches && !deleting && pod.metadata.deletion_timestamp.is_none() => {
-                actions.adopt.push(pod.metadata.name.clone().unwrap_or_default());
-                owned.push(pod);
-            }
-            _ => {}
-        }
-    }
+    let selector = selector.unwrap_or_else(|| Selector::new(&Default::default()));
+    let claimed = claim(&uid, &selector, pods, deleting);
+    let owned = claimed.owned;
+    (actions.adopt, actions.release) = (claimed.adopt, claimed.release);
     let active: Vec<&Pod> = owned.iter().copied().filter(|p| is_active(p)).collect();
     let want = spec.and_then(|s| s.replicas).unwrap_or(1).max(0) as usize;
     if !deleting {

@@ -1,6 +1,8 @@
 //! The StatefulSet controller: pods with stable names and claims, made and removed in
 //! order ([`reconcile::reconcile`] decides). A pod is created by its fixed name, so the
-//! API server itself refuses a second pod of one identity.
+//! API server itself refuses a second pod of one identity. The claims' owner references
+//! follow the retention policy ([`reconcile::retention_updates`]) before any pod is
+//! deleted; the garbage collector does the deleting.
 
 pub mod reconcile;
 
@@ -11,7 +13,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use keelson_component::events::EventType;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::Resource;
 use tokio::time::Instant;
@@ -102,6 +104,20 @@ pub(crate) async fn sync(ctx: Arc<WorkloadCtx>, key: String) -> Result<Option<Du
                 ctx.statefulset_events.publish(&reference, EventType::Warning, "FailedCreate", &format!("create Pod {pod_name} in StatefulSet {name} failed error: {e}")).await;
                 return Err(SyncError::Api(e));
             }
+        }
+    }
+    // The retention policy's owners, before any pod goes (a removed ordinal's claims
+    // must be owned by its pod by then).
+    let all_claims = ctx.claims.state();
+    let ns_claims: Vec<&PersistentVolumeClaim> = all_claims.iter().filter(|c| c.metadata.namespace.as_deref() == Some(ns)).map(|c| c.as_ref()).collect();
+    for (claim, refs) in reconcile::retention_updates(&sts, &pods, &ns_claims) {
+        let version = ns_claims.iter().find(|c| c.metadata.name.as_deref() == Some(claim.as_str())).and_then(|c| c.metadata.resource_version.clone());
+        let refs = if refs.is_empty() { serde_json::Value::Null } else { serde_json::json!(refs) };
+        let patch = serde_json::json!({"metadata": {"ownerReferences": refs, "resourceVersion": version}});
+        match claim_api.patch(&claim, &PatchParams::default(), &Patch::Merge(patch)).await {
+            Ok(_) => {}
+            Err(e) if not_found(&e) => {}
+            Err(e) => return Err(SyncError::from_kube(e)),
         }
     }
     if !plan.delete.is_empty() {

@@ -9,7 +9,16 @@
 //!   and removes from the highest ordinal, one at a time; Parallel does both at once;
 //! - RollingUpdate deletes, from the highest ordinal down to `partition`, one pod at a
 //!   time whose revision is not the template's, once every pod is Running and Ready;
-//!   OnDelete leaves that to the user.
+//!   OnDelete leaves that to the user. With `rollingUpdate.maxUnavailable` (Kubernetes'
+//!   MaxUnavailableStatefulSet) up to that many pods of the wanted range may be
+//!   unavailable: outdated pods at or above the partition are deleted from the highest
+//!   ordinal down, as many at once as the pods already unavailable leave room for
+//!   (OrderedReady still starts only once every pod is Running and Ready);
+//! - `persistentVolumeClaimRetentionPolicy` ([`retention_updates`]): `whenDeleted:
+//!   Delete` makes the set an owner of each claim (the garbage collector deletes them
+//!   with the set); `whenScaled: Delete` makes the pod of a removed ordinal the owner of
+//!   its claims before that pod is deleted, so they go once it is gone; Retain takes
+//!   those owner references away again.
 //!
 //! Revisions are `<set>-<hash of the template>`, kept as ControllerRevisions
 //! ([`crate::revisions`]); a pod made again below the partition gets the current
@@ -19,9 +28,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodTemplateSpec, Volume};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use crate::deployment::reconcile::template_hash;
+use crate::deployment::reconcile::{resolve, template_hash};
 use crate::pods::{controller_of, controller_ref, is_available, is_ready};
 
 pub const REVISION_HASH: &str = "controller-revision-hash";
@@ -237,9 +246,31 @@ pub fn reconcile(sts: &StatefulSet, pods: &[&Pod], claims: &BTreeSet<String>, no
         let rolling = spec.update_strategy.as_ref().and_then(|u| u.type_.as_deref()).unwrap_or("RollingUpdate") == "RollingUpdate";
         let partition = spec.update_strategy.as_ref().and_then(|u| u.rolling_update.as_ref()).and_then(|r| r.partition).unwrap_or(0);
         let all_up = wanted.clone().all(|o| by_ordinal.get(&o).is_some_and(|p| running_and_ready(p)));
-        if rolling && all_up && plan.delete.is_empty() && !terminating {
-            let outdated = wanted.clone().rev().filter(|o| *o >= start + partition).find(|o| by_ordinal.get(o).is_some_and(|p| revision(p) != Some(update.as_str())));
-            plan.delete.extend(outdated.and_then(|o| by_ordinal[&o].metadata.name.clone()));
+        let max_unavailable = spec.update_strategy.as_ref().and_then(|u| u.rolling_update.as_ref()).and_then(|r| r.max_unavailable.as_ref());
+        let outdated = |o: &i32| by_ordinal.get(o).is_some_and(|p| revision(p) != Some(update.as_str()) && p.metadata.deletion_timestamp.is_none());
+        match max_unavailable {
+            None if rolling && all_up && plan.delete.is_empty() && !terminating => {
+                let first = wanted.clone().rev().filter(|o| *o >= start + partition).find(outdated);
+                plan.delete.extend(first.and_then(|o| by_ordinal[&o].metadata.name.clone()));
+            }
+            // OrderedReady waits for every pod to be up; Parallel counts what is not.
+            Some(max) if rolling && (!ordered || (all_up && plan.delete.is_empty() && !terminating)) => {
+                let max = resolve(Some(max), replicas, true, 100).max(1);
+                let min_ready = spec.min_ready_seconds.unwrap_or(0);
+                let unavailable = wanted.clone().filter(|o| by_ordinal.get(o).is_none_or(|p| !running_and_ready(p) || !is_available(p, min_ready, now))).count() as i32;
+                let room = (max - unavailable).max(0) as usize;
+                let chosen: Vec<String> = wanted
+                    .clone()
+                    .rev()
+                    .filter(|o| *o >= start + partition)
+                    .filter(outdated)
+                    .filter_map(|o| by_ordinal[&o].metadata.name.clone())
+                    .filter(|n| !plan.delete.contains(n))
+                    .take(room)
+                    .collect();
+                plan.delete.extend(chosen);
+            }
+            _ => {}
         }
     }
     let min_ready = spec.min_ready_seconds.unwrap_or(0);
@@ -273,6 +304,71 @@ pub fn reconcile(sts: &StatefulSet, pods: &[&Pod], claims: &BTreeSet<String>, no
     }
     plan.status = status;
     plan
+}
+
+fn retention_policy(sts: &StatefulSet) -> (bool, bool) {
+    let policy = sts.spec.as_ref().and_then(|s| s.persistent_volume_claim_retention_policy.as_ref());
+    let delete = |v: Option<&String>| v.is_some_and(|v| v == "Delete");
+    (delete(policy.and_then(|p| p.when_deleted.as_ref())), delete(policy.and_then(|p| p.when_scaled.as_ref())))
+}
+
+/// The claims whose owner references `persistentVolumeClaimRetentionPolicy` changes, as
+/// (claim, its new owner references), over the set's pods and the claims of its
+/// namespace: for a wanted ordinal the set is an owner exactly when `whenDeleted` is
+/// Delete; for a pod beyond the wanted ordinals (about to go) with `whenScaled: Delete`
+/// that pod is the owner instead, so the garbage collector deletes the claim once the
+/// pod is gone. A claim controlled by anything else is left alone.
+pub fn retention_updates(sts: &StatefulSet, pods: &[&Pod], claims: &[&PersistentVolumeClaim]) -> Vec<(String, Vec<OwnerReference>)> {
+    let uid = sts.metadata.uid.clone().unwrap_or_default();
+    let name = set_name(sts);
+    let spec = sts.spec.clone().unwrap_or_default();
+    let start = spec.ordinals.as_ref().and_then(|o| o.start).unwrap_or(0).max(0);
+    let wanted = start..start + spec.replicas.unwrap_or(1).max(0);
+    let (when_deleted, when_scaled) = retention_policy(sts);
+    let condemned: BTreeMap<i32, &Pod> = pods
+        .iter()
+        .copied()
+        .filter(|p| controller_of(&p.metadata).is_some_and(|o| o.uid == uid))
+        .filter_map(|p| Some((ordinal_of(name, p.metadata.name.as_deref()?)?, p)))
+        .filter(|(o, _)| !wanted.contains(o))
+        .collect();
+    let set_ref = || {
+        let mut r = controller_ref("apps/v1", "StatefulSet", &sts.metadata);
+        r.controller = None;
+        r
+    };
+    let by_name: BTreeMap<&str, &PersistentVolumeClaim> = claims.iter().filter_map(|c| Some((c.metadata.name.as_deref()?, *c))).collect();
+    let mut out = Vec::new();
+    for o in wanted.clone().chain(condemned.keys().copied()) {
+        let pod_name = format!("{name}-{o}");
+        let owner_pod = condemned.get(&o).filter(|_| when_scaled);
+        for t in spec.volume_claim_templates.iter().flatten() {
+            let claim = claim_name(t, &pod_name);
+            let Some(current) = by_name.get(claim.as_str()) else { continue };
+            let refs = current.metadata.owner_references.clone().unwrap_or_default();
+            let ours = |r: &OwnerReference| r.uid == uid || (r.kind == "Pod" && r.name == pod_name);
+            if refs.iter().any(|r| r.controller == Some(true) && !ours(r)) {
+                continue;
+            }
+            let mut want: Vec<OwnerReference> = refs.iter().filter(|r| !ours(r)).cloned().collect();
+            match owner_pod {
+                Some(p) => want.push(OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Pod".into(),
+                    name: pod_name.clone(),
+                    uid: p.metadata.uid.clone().unwrap_or_default(),
+                    controller: None,
+                    block_owner_deletion: None,
+                }),
+                None if when_deleted => want.push(refs.iter().find(|r| r.uid == uid).cloned().unwrap_or_else(set_ref)),
+                None => {}
+            }
+            if want != refs {
+                out.push((claim, want));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
 use super::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::{json, Value};
 
 fn now() -> jiff::Timestamp {
@@ -153,4 +154,114 @@ fn rolling_update_goes_from_the_highest_ordinal_down_to_the_partition() {
 fn ordinals_can_start_elsewhere() {
     let s = sts(2, json!({"ordinals": {"start": 5}}));
     assert_eq!(reconcile(&s, &[], &BTreeSet::new(), now()).create, vec![5]);
+}
+
+/// Five pods of the old revision under a new template: (set, pods, new revision).
+fn rolling(extra: Value) -> (StatefulSet, Vec<Pod>, String) {
+    let old = sts(5, extra.clone());
+    let old_rev = update_revision(&old);
+    let mut new = old.clone();
+    new.spec.as_mut().unwrap().template.spec.as_mut().unwrap().containers[0].image = Some("db:2".into());
+    new.status = Some(StatefulSetStatus { current_revision: Some(old_rev.clone()), ..Default::default() });
+    let new_rev = update_revision(&new);
+    (new, (0..5).map(|o| pod(o, &old_rev, true)).collect(), new_rev)
+}
+
+#[test]
+fn max_unavailable_updates_that_many_pods_at_once_from_the_highest_ordinal() {
+    let going = |mut p: Pod| {
+        p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+        p
+    };
+    // (case, policy, maxUnavailable, partition, what happened to some ordinals, deleted)
+    type Change = fn(Pod, &str) -> Pod;
+    let updated: Change = |p, rev| pod(p.metadata.name.as_deref().unwrap().trim_start_matches("db-").parse().unwrap(), rev, true);
+    let unready: Change = |mut p, _| {
+        p.status = serde_json::from_value(json!({"phase": "Running"})).unwrap();
+        p
+    };
+    type Case = (&'static str, &'static str, Value, i32, Vec<(usize, Change)>, Vec<&'static str>);
+    let cases: Vec<Case> = vec![
+        ("two at once", "OrderedReady", json!(2), 0, vec![], vec!["db-4", "db-3"]),
+        ("a percentage, rounded up", "OrderedReady", json!("30%"), 0, vec![], vec!["db-4", "db-3"]),
+        ("0 means 1", "Parallel", json!(0), 0, vec![], vec!["db-4"]),
+        ("the partition holds", "OrderedReady", json!(3), 3, vec![], vec!["db-4", "db-3"]),
+        ("updated pods are skipped", "Parallel", json!(2), 0, vec![(4, updated)], vec!["db-3", "db-2"]),
+        ("an unavailable pod takes a slot", "Parallel", json!(3), 0, vec![(4, updated), (0, unready)], vec!["db-3", "db-2"]),
+        ("an outdated unavailable pod is replaced too", "Parallel", json!(2), 0, vec![(4, unready)], vec!["db-4"]),
+        ("no room left", "Parallel", json!(2), 0, vec![(4, updated), (1, unready), (2, unready)], vec![]),
+        ("OrderedReady waits for every pod", "OrderedReady", json!(3), 0, vec![(0, unready)], vec![]),
+    ];
+    for (case, policy, max, partition, changes, deleted) in cases {
+        let (mut set, mut pods, new_rev) = rolling(json!({"podManagementPolicy": policy}));
+        let ru = set.spec.as_mut().unwrap().update_strategy.as_mut().unwrap().rolling_update.as_mut().unwrap();
+        ru.max_unavailable = Some(serde_json::from_value(max).unwrap());
+        ru.partition = Some(partition);
+        for (o, change) in changes {
+            pods[o] = change(pods[o].clone(), &new_rev);
+        }
+        let refs: Vec<&Pod> = pods.iter().collect();
+        assert_eq!(names(&reconcile(&set, &refs, &BTreeSet::new(), now())), deleted, "{case}");
+    }
+    // Pods already going count as unavailable, and are not deleted twice.
+    let (mut set, mut pods, _) = rolling(json!({"podManagementPolicy": "Parallel"}));
+    set.spec.as_mut().unwrap().update_strategy.as_mut().unwrap().rolling_update.as_mut().unwrap().max_unavailable = Some(serde_json::from_value(json!(2)).unwrap());
+    pods[4] = going(pods[4].clone());
+    let refs: Vec<&Pod> = pods.iter().collect();
+    assert_eq!(names(&reconcile(&set, &refs, &BTreeSet::new(), now())), vec!["db-3"]);
+    // OnDelete ignores it.
+    let (mut set, pods, _) = rolling(json!({}));
+    set.spec.as_mut().unwrap().update_strategy = serde_json::from_value(json!({"type": "OnDelete", "rollingUpdate": {"maxUnavailable": 3}})).unwrap();
+    let refs: Vec<&Pod> = pods.iter().collect();
+    assert!(reconcile(&set, &refs, &BTreeSet::new(), now()).delete.is_empty());
+}
+
+fn claim(name: &str, owners: Value) -> PersistentVolumeClaim {
+    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "d", "ownerReferences": owners}})).unwrap()
+}
+
+fn owners(updates: &[(String, Vec<OwnerReference>)], claim: &str) -> Option<Vec<(String, String)>> {
+    updates.iter().find(|(c, _)| c == claim).map(|(_, refs)| refs.iter().map(|r| (r.kind.clone(), r.name.clone())).collect())
+}
+
+#[test]
+fn the_claim_retention_policy_sets_who_owns_each_claim() {
+    let set_ref = json!([{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "sts-uid"}]);
+    let set_owner = Some(vec![("StatefulSet".to_string(), "db".to_string())]);
+    let pod_owner = Some(vec![("Pod".to_string(), "db-2".to_string())]);
+    let none = Some(vec![]);
+    // (whenDeleted, whenScaled, claims' owners so far, new owners of data-db-0 (kept), of data-db-2 (scaled away))
+    let cases = [
+        ("Retain", "Retain", json!(null), None, None),
+        ("Retain", "Retain", set_ref.clone(), none.clone(), none.clone()),
+        ("Delete", "Retain", json!(null), set_owner.clone(), set_owner.clone()),
+        ("Delete", "Retain", set_ref.clone(), None, None),
+        ("Retain", "Delete", json!(null), None, pod_owner.clone()),
+        ("Delete", "Delete", json!(null), set_owner.clone(), pod_owner.clone()),
+        ("Delete", "Delete", set_ref.clone(), None, pod_owner.clone()),
+    ];
+    for (when_deleted, when_scaled, so_far, kept, scaled) in cases {
+        let s = sts(2, json!({"persistentVolumeClaimRetentionPolicy": {"whenDeleted": when_deleted, "whenScaled": when_scaled}, "volumeClaimTemplates": [{"metadata": {"name": "data"}}]}));
+        let rev = update_revision(&s);
+        let mut pods: Vec<Pod> = (0..3).map(|o| pod(o, &rev, true)).collect();
+        pods[2].metadata.uid = Some("pod-2-uid".into());
+        let pod_refs: Vec<&Pod> = pods.iter().collect();
+        let claims: Vec<PersistentVolumeClaim> = (0..3).map(|o| claim(&format!("data-db-{o}"), so_far.clone())).collect();
+        let claim_refs: Vec<&PersistentVolumeClaim> = claims.iter().collect();
+        let updates = retention_updates(&s, &pod_refs, &claim_refs);
+        let case = format!("{when_deleted}/{when_scaled} from {so_far}");
+        assert_eq!(owners(&updates, "data-db-0"), kept, "{case}");
+        assert_eq!(owners(&updates, "data-db-1"), kept, "{case}");
+        assert_eq!(owners(&updates, "data-db-2"), scaled, "{case}");
+        if scaled == pod_owner {
+            let (_, refs) = updates.iter().find(|(c, _)| c == "data-db-2").unwrap();
+            assert_eq!(refs[0].uid, "pod-2-uid", "{case}: owned by that very pod");
+        }
+    }
+    // A claim another controller controls is left alone; other owners are kept.
+    let s = sts(1, json!({"persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"}, "volumeClaimTemplates": [{"metadata": {"name": "data"}}]}));
+    let foreign = claim("data-db-0", json!([{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "x", "controller": true}]));
+    assert!(retention_updates(&s, &[], &[&foreign]).is_empty());
+    let shared = claim("data-db-0", json!([{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "x"}]));
+    assert_eq!(owners(&retention_updates(&s, &[], &[&shared]), "data-db-0"), Some(vec![("X".into(), "x".into()), ("StatefulSet".into(), "db".into())]));
 }
