@@ -153,6 +153,14 @@ fn decode_reply<T: serde::de::DeserializeOwned>(
     res.map_err(|e| RPCError::Network(NetworkError::from_string(e.to_string())))
 }
 
+/// The answer of a peer without the `PreVote` RPC (a server older than it, during a
+/// rolling upgrade): a grant, as openraft's default `pre_vote` gives, so such a peer
+/// leaves elections as they were before Pre-Vote. Unreachable peers are errors, never
+/// grants, so an isolated node cannot gather a Pre-Vote quorum.
+fn pre_vote_granted_by_default(rpc: VoteRequest<KeelsonRaft>) -> VoteResponse<KeelsonRaft> {
+    VoteResponse::new(rpc.vote, None, true)
+}
+
 impl RaftNetworkV2<KeelsonRaft> for GrpcPeer {
     type SnapshotData = SnapshotFile;
 
@@ -178,6 +186,24 @@ impl RaftNetworkV2<KeelsonRaft> for GrpcPeer {
         req.set_timeout(option.hard_ttl());
         let resp = self.client()?.vote(req).await.map_err(|s| status_to_rpc(self.target, s))?;
         decode_reply("vote reply", resp.get_ref())
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<KeelsonRaft>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<KeelsonRaft>, RPCError<KeelsonRaft>> {
+        let env = wire::encode("pre-vote", &rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let mut req = tonic::Request::new(env);
+        req.set_timeout(option.hard_ttl());
+        match self.client()?.pre_vote(req).await {
+            Ok(resp) => decode_reply("pre-vote reply", resp.get_ref()),
+            Err(s) if s.code() == tonic::Code::Unimplemented => {
+                tracing::debug!(target = self.target, "peer has no PreVote RPC (older server); counted as granting");
+                Ok(pre_vote_granted_by_default(rpc))
+            }
+            Err(s) => Err(status_to_rpc(self.target, s)),
+        }
     }
 
     async fn full_snapshot(

@@ -41,6 +41,14 @@ impl<B: KvBackend> RaftTransport for RaftTransportService<B> {
         Ok(Response::new(wire::encode("vote reply", &res)?))
     }
 
+    /// Raft Pre-Vote: whether this node would grant the vote, decided by openraft without
+    /// changing the local vote or term.
+    async fn pre_vote(&self, req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
+        let rpc: VoteRequest<crate::KeelsonRaft> = wire::decode("pre-vote", req.get_ref())?;
+        let res = self.raft.pre_vote(rpc).await;
+        Ok(Response::new(wire::encode("pre-vote reply", &res)?))
+    }
+
     async fn install_snapshot(&self, req: Request<Streaming<SnapshotChunk>>) -> Result<Response<Envelope>, Status> {
         let mut stream = req.into_inner();
         let first = stream
