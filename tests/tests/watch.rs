@@ -151,8 +151,16 @@ async fn watch_from_a_compacted_revision_gets_a_compacted_error() {
         .expect_err("compacted read");
     assert!(matches!(err, ClientError::Store(keelson_client::api::StoreError::Compacted { compacted: 20 })), "{err:?}");
     assert!(!range_at(&c, "/c/", 20).await.is_empty());
-    // Every replica applied the same compaction.
+    // Every replica applied the same compaction. A follower applies it a moment after the
+    // leader acknowledged it, and a watch is served from what its replica applied: a
+    // linearizable read on each replica first waits that replica up to the compaction.
     for i in 0..3 {
+        let err = cluster
+            .client(i)
+            .range(RangeRequest { range: KeyRange::prefix("/c/"), revision: 10, ..Default::default() }, ReadConsistency::Linearizable)
+            .await
+            .expect_err("compacted read");
+        assert!(matches!(err, ClientError::Store(keelson_client::api::StoreError::Compacted { compacted: 20 })), "replica {i}: {err:?}");
         let (_tx, mut s) = cluster.client(i).watch(create("/c/", 5)).await.expect("watch");
         let mut saw = None;
         while let Some(Ok(resp)) = s.next().await {

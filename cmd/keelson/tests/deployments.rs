@@ -9,7 +9,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use cluster_support::{client, server_of, start_short_elections};
+use cluster_support::{client, eventually, server_of, start_short_elections};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
@@ -84,13 +84,34 @@ async fn wait_live(client: &kube::Client, what: &str, want: impl Fn(&[(String, S
     }
 }
 
+/// The server index of the controller manager's lease holder, once there is one.
+async fn cm_server(admin: &kube::Client) -> usize {
+    let leases = Api::<Lease>::namespaced(admin.clone(), "kube-system");
+    eventually("a kube-controller-manager holder", Duration::from_secs(60), || async {
+        let lease = leases.get_opt("kube-controller-manager").await.map_err(|e| e.to_string())?;
+        let holder = lease.and_then(|l| l.spec?.holder_identity).ok_or("no holder yet")?;
+        server_of(&holder).ok_or_else(|| format!("holder {holder} names no server"))
+    })
+    .await
+}
+
+/// Three hollow nodes served through server `server` (0-based), until the token is cancelled.
+async fn hollow_nodes(cluster: &Cluster, server: usize) -> (tokio_util::sync::CancellationToken, tokio::task::JoinHandle<Result<(), keelson_agent::hollow::HollowError>>) {
+    let client = client(cluster, &format!("keelson-{}", server + 1)).await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(keelson_agent::hollow::run(client, keelson_agent::hollow::HollowConfig::new("hollow", 3), shutdown.clone()));
+    (shutdown, task)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deployments_roll_out_undo_and_scale_across_a_controller_manager_failover() {
     let tmp = tempfile::tempdir().unwrap();
     let mut cluster = start_short_elections(&tmp.path().join("c")).await;
     let admin = client(&cluster, "keelson-1").await;
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let hollow = tokio::spawn(keelson_agent::hollow::run(admin.clone(), keelson_agent::hollow::HollowConfig::new("hollow", 3), shutdown.clone()));
+    // The hollow nodes talk to a server other than the controller manager's, which the test
+    // kills: nodes whose only server died would leave the new pods unready for good.
+    let mut hollow_server = (cm_server(&admin).await + 1) % 3;
+    let (mut shutdown, mut hollow) = hollow_nodes(&cluster, hollow_server).await;
 
     ok(kubectl(&cluster, "keelson-1", &["apply", "-f", "-"], Some(DEPLOYMENT)), "apply");
     let out = ok(kubectl(&cluster, "keelson-2", &["rollout", "status", "deployment/web", "--timeout=90s"], None), "rollout status");
@@ -100,9 +121,15 @@ async fn deployments_roll_out_undo_and_scale_across_a_controller_manager_failove
     assert!(listed.lines().nth(1).is_some_and(|l| l.split_whitespace().nth(1) == Some("3/3")), "{listed}");
 
     // A new image, and the controller manager's server dies right after.
-    let holder = Api::<Lease>::namespaced(admin.clone(), "kube-system").get("kube-controller-manager").await.unwrap().spec.unwrap().holder_identity.unwrap();
-    let victim = server_of(&holder).unwrap();
-    let other = (victim + 1) % 3;
+    let victim = cm_server(&admin).await;
+    if victim == hollow_server {
+        // The lease moved since the start: the nodes move off the server about to die.
+        shutdown.cancel();
+        let _ = hollow.await;
+        hollow_server = (victim + 1) % 3;
+        (shutdown, hollow) = hollow_nodes(&cluster, hollow_server).await;
+    }
+    let other = hollow_server;
     let ctx = format!("keelson-{}", other + 1);
     ok(kubectl(&cluster, &ctx, &["set", "image", "deployment/web", "c=example.com/web:2"], None), "set image");
     cluster.kill(victim).await.unwrap();
