@@ -19,7 +19,8 @@ use keelson_client::PeerTls;
 use keelson_runner::{Cluster, ClusterSpec};
 
 use crate::load::{connect, find_etcd_script, start_etcd};
-use crate::outage::{outage, percentile, Ack, Outage};
+use crate::outage::{outage, Ack, Outage};
+use crate::percentile::percentile;
 
 #[derive(Args, Clone, Debug)]
 pub struct FailoverBenchArgs {
@@ -74,7 +75,7 @@ const RECOVERY_LIMIT: Duration = Duration::from_secs(30);
 
 /// A system under test: a Keelson cluster of the runner, or the etcd script's cluster.
 enum Target {
-    Keelson(Cluster),
+    Keelson(Box<Cluster>),
     Etcd(Etcd),
 }
 
@@ -200,7 +201,7 @@ impl Etcd {
 /// One writer's connection: to the store, or to a server's Kubernetes API.
 enum Writer {
     Store(crate::load::Conn),
-    Api(kube::Api<ConfigMap>),
+    Api(Box<kube::Api<ConfigMap>>),
 }
 
 impl Writer {
@@ -244,7 +245,7 @@ async fn writers(target: &Target, targets: &[usize], clients: usize, api: bool) 
             Err(e) => return Err(e.into()),
         }
     }
-    Ok((0..clients).map(|i| Writer::Api(apis[i % apis.len()].clone())).collect())
+    Ok((0..clients).map(|i| Writer::Api(Box::new(apis[i % apis.len()].clone()))).collect())
 }
 
 /// Writers until `stop`, each recording its acknowledged writes.
@@ -401,7 +402,7 @@ pub async fn run_failover_bench(args: FailoverBenchArgs) -> anyhow::Result<()> {
     let mut systems: Vec<(&str, SystemFailover)> = Vec::new();
     if !args.etcd_only {
         let spec = ClusterSpec::loopback(3, std::env::current_exe()?, root.join("keelson"));
-        let mut target = Target::Keelson(Cluster::start(spec, |m| eprintln!("bench: keelson: {m}")).await?);
+        let mut target = Target::Keelson(Box::new(Cluster::start(spec, |m| eprintln!("bench: keelson: {m}")).await?));
         let r = bench_system(&mut target, &args).await;
         target.stop().await?;
         systems.push(("keelson", r?));

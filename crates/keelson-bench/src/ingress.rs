@@ -30,6 +30,8 @@ use serde_json::json;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use crate::percentile::percentile_ms;
+
 const HOST: &str = "bench.ingress.test";
 
 #[derive(Args, Clone, Debug)]
@@ -313,8 +315,13 @@ async fn load(addr: SocketAddr, clients: usize, secs: u64, want: Bytes) -> (Targ
     }
     let elapsed = started.elapsed().as_secs_f64();
     all.sort();
-    let pct = |p: f64| all.get(((all.len() as f64 * p).ceil() as usize).clamp(1, all.len().max(1)) - 1).map(|d| d.as_secs_f64() * 1000.0).unwrap_or(0.0);
-    let figures = TargetFigures { requests: all.len() as u64, errors, requests_per_sec: all.len() as f64 / elapsed, p50_ms: pct(0.50), p99_ms: pct(0.99) };
+    let figures = TargetFigures {
+        requests: all.len() as u64,
+        errors,
+        requests_per_sec: all.len() as f64 / elapsed,
+        p50_ms: percentile_ms(&all, 0.50),
+        p99_ms: percentile_ms(&all, 0.99),
+    };
     (figures, first_error)
 }
 

@@ -24,6 +24,7 @@ mod failover;
 mod ingress;
 mod load;
 mod outage;
+mod percentile;
 mod pods;
 mod proxy;
 mod report;

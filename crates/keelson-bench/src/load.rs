@@ -68,7 +68,7 @@ pub struct StoreBenchArgs {
 #[derive(Clone)]
 pub(crate) enum Conn {
     Keelson(StoreClient),
-    Etcd(etcd_client::KvClient),
+    Etcd(Box<etcd_client::KvClient>),
 }
 
 impl Conn {
@@ -131,7 +131,7 @@ pub(crate) async fn connect(system: &str, endpoints: &[String], n: usize, tls: O
                 per_ep.push(c.kv_client());
             }
             for i in 0..n {
-                out.push(Conn::Etcd(per_ep[i % per_ep.len()].clone()));
+                out.push(Conn::Etcd(Box::new(per_ep[i % per_ep.len()].clone())));
             }
         }
     }

@@ -24,7 +24,7 @@ pub fn outage(acks: &[Ack], fault: f64) -> Option<Outage> {
     let mut times: Vec<f64> = acks.iter().map(|a| a.acked).collect();
     times.sort_by(f64::total_cmp);
     let first_after = acks.iter().filter(|a| a.sent >= fault).map(|a| a.acked).min_by(f64::total_cmp)?;
-    let last_before = times.iter().copied().filter(|t| *t < fault).last()?;
+    let last_before = times.iter().copied().rfind(|t| *t < fault)?;
     // Every gap between consecutive acks from the last one before the fault up to the
     // first ack of a write sent after it.
     let window: Vec<f64> = times.into_iter().filter(|t| *t >= last_before && *t <= first_after).collect();
@@ -32,16 +32,6 @@ pub fn outage(acks: &[Ack], fault: f64) -> Option<Outage> {
     Some(Outage { gap_ms: gap * 1000.0, first_after_ms: (first_after - fault) * 1000.0 })
 }
 
-/// The `p`th percentile (0..=1) of `v` by nearest rank; 0 for none.
-pub fn percentile(v: &[f64], p: f64) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    if s.is_empty() {
-        return 0.0;
-    }
-    let idx = ((s.len() as f64 * p).ceil() as usize).clamp(1, s.len()) - 1;
-    s[idx]
-}
 
 #[cfg(test)]
 mod tests {
@@ -75,12 +65,5 @@ mod tests {
     fn nothing_to_measure_without_acks_on_both_sides() {
         assert_eq!(outage(&[ack(0.0, 0.5)], 1.0), None, "no write after the fault was acknowledged");
         assert_eq!(outage(&[ack(1.5, 1.6)], 1.0), None, "no ack before the fault");
-    }
-
-    #[test]
-    fn percentiles_by_nearest_rank() {
-        assert_eq!(percentile(&[3.0, 1.0, 2.0], 0.5), 2.0);
-        assert_eq!(percentile(&[3.0, 1.0, 2.0], 1.0), 3.0);
-        assert_eq!(percentile(&[], 0.5), 0.0);
     }
 }

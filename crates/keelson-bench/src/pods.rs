@@ -17,7 +17,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher::{self, watcher};
 use serde_json::json;
 
-use crate::scheduler::percentile;
+use crate::percentile::percentile;
 
 #[derive(Args, Clone, Debug)]
 pub struct PodsBenchArgs {

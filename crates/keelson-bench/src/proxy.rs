@@ -17,6 +17,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use keelson_proxy::render::{render_cached, replace_script, Model, NodeInfo, RenderCache};
 use serde_json::json;
 
+use crate::percentile::percentile_ms;
+
 #[derive(Args, Clone, Debug)]
 pub struct ProxyBenchArgs {
     /// NodePort Services in the table.
@@ -46,8 +48,7 @@ pub struct Percentiles {
 impl Percentiles {
     fn of(mut d: Vec<Duration>) -> Self {
         d.sort();
-        let pct = |p: f64| d.get(((d.len() as f64 * p).ceil() as usize).clamp(1, d.len().max(1)) - 1).map(|d| d.as_secs_f64() * 1000.0).unwrap_or(0.0);
-        Percentiles { p50_ms: pct(0.50), p99_ms: pct(0.99) }
+        Percentiles { p50_ms: percentile_ms(&d, 0.50), p99_ms: percentile_ms(&d, 0.99) }
     }
 }
 

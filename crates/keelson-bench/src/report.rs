@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use crate::percentile::nearest_rank;
+
 /// One phase at one client count.
 #[derive(Clone, Debug, Serialize)]
 pub struct PhaseResult {
@@ -18,13 +20,7 @@ impl PhaseResult {
     /// Summarises latencies (microseconds) measured over `secs` seconds.
     pub fn from_latencies(clients: usize, mut lat_us: Vec<u32>, errors: u64, secs: f64) -> Self {
         lat_us.sort_unstable();
-        let pct = |p: f64| -> f64 {
-            if lat_us.is_empty() {
-                return 0.0;
-            }
-            let idx = ((lat_us.len() as f64 * p).ceil() as usize).clamp(1, lat_us.len()) - 1;
-            f64::from(lat_us[idx]) / 1000.0
-        };
+        let pct = |p: f64| nearest_rank(lat_us.len(), p).map_or(0.0, |i| f64::from(lat_us[i]) / 1000.0);
         Self {
             clients,
             ops: lat_us.len() as u64,

@@ -18,6 +18,8 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::watcher::{self, watcher};
 use serde_json::json;
 
+use crate::percentile::percentile;
+
 #[derive(Args, Clone, Debug)]
 pub struct SchedulerBenchArgs {
     /// Hollow nodes to register.
@@ -69,14 +71,6 @@ fn pod(i: usize, constraints: bool) -> Pod {
     serde_json::from_value(p).expect("a valid pod")
 }
 
-/// The `p`th percentile of sorted `v`, nearest rank.
-pub fn percentile(v: &[f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    let idx = ((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1;
-    v[idx]
-}
 
 pub async fn run_scheduler_bench(args: SchedulerBenchArgs) -> anyhow::Result<()> {
     let args_ref = &args;
@@ -223,14 +217,6 @@ async fn bench(args: &SchedulerBenchArgs, clients: &[kube::Client]) -> anyhow::R
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&v, 0.5), 50.0);
-        assert_eq!(percentile(&v, 0.99), 99.0);
-        assert_eq!(percentile(&[], 0.5), 0.0);
-    }
 
     #[test]
     fn constrained_pods_spread_by_zone() {

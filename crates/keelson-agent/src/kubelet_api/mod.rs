@@ -58,8 +58,13 @@ pub(crate) struct ApiState {
     node: String,
     logs_dir: PathBuf,
     stats: Arc<crate::stats::StatsCollector>,
-    decisions: Mutex<HashMap<(String, Vec<String>, &'static str, &'static str), (bool, Instant)>>,
+    decisions: Mutex<HashMap<AccessQuestion, AccessDecision>>,
 }
+
+/// Who asked to do what to which subresource: (user, groups, verb, subresource).
+type AccessQuestion = (String, Vec<String>, &'static str, &'static str);
+/// A SubjectAccessReview's answer, and until when it is trusted (as kubelet caches them).
+type AccessDecision = (bool, Instant);
 
 /// Serves the API on `listen` until `shutdown`; returns the bound address.
 #[allow(clippy::too_many_arguments)]
