@@ -152,7 +152,7 @@ impl Target {
     async fn kill(&mut self, j: usize) -> anyhow::Result<()> {
         match self {
             Target::Keelson(c) => c.kill(j).await.map(|_| ()).map_err(Into::into),
-            Target::Etcd(e) => e.script(&["kill", &(j + 1).to_string()]).await,
+            Target::Etcd(e) => e.kill_member(j).await,
         }
     }
 
@@ -186,6 +186,27 @@ impl Etcd {
             members.push(etcd_client::Client::connect([format!("https://{ep}")], Some(opts)).await.with_context(|| format!("etcd at {ep}"))?);
         }
         Ok(Etcd { script, dir, endpoints, tls, members })
+    }
+
+    /// SIGKILLs member `j` at once (the script's `kill` would first start a shell, and a
+    /// write sent meanwhile would be acknowledged by the leader about to die, measuring no
+    /// outage), then waits until it is gone.
+    async fn kill_member(&self, j: usize) -> anyhow::Result<()> {
+        let pid_file = self.dir.join(format!("e{}.pid", j + 1));
+        let pid: i32 = std::fs::read_to_string(&pid_file).with_context(|| format!("reading {}", pid_file.display()))?.trim().parse().with_context(|| format!("{} holds no pid", pid_file.display()))?;
+        // SAFETY: kill(2) with a pid read from the member's pid file and a valid signal.
+        if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
+            bail!("kill -9 {pid} (etcd member e{}): {}", j + 1, std::io::Error::last_os_error());
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // Gone, or a zombie waiting for whoever adopted it.
+        while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))) {
+            if Instant::now() > deadline {
+                bail!("etcd member e{} (pid {pid}) still runs 10 s after SIGKILL", j + 1);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
     }
 
     async fn script(&self, args: &[&str]) -> anyhow::Result<()> {
