@@ -4,7 +4,8 @@
 //! `kubernetes.io/tls` Secrets mirrored from the API, become a route table
 //! ([`routes::build`], pure) and a certificate table ([`tls::build`]); the executor
 //! ([`proxy`]) serves HTTP and HTTPS on the node's address from whatever tables are
-//! current. Problems a user should hear of (a missing Service or Secret) become Warning
+//! current, WebSocket included (HTTP/1.1 upgrades, and HTTP/2 extended CONNECT through
+//! [`upgrade`]). Problems a user should hear of (a missing Service or Secret) become Warning
 //! Events on the Ingress ([`events`]).
 //!
 //! **Architecture invariant:** reaches the cluster only through the Kubernetes API
@@ -16,11 +17,14 @@ pub mod host;
 pub mod proxy;
 pub mod routes;
 pub mod tls;
+pub mod upgrade;
 
 #[cfg(test)]
 mod routes_tests;
 #[cfg(test)]
 mod tls_tests;
+#[cfg(test)]
+mod upgrade_tests;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};

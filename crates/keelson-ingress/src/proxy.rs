@@ -3,7 +3,10 @@
 //! ready endpoint over HTTP/1.1. Endpoints are tried round robin; one that refuses the
 //! connection is passed over for the next. Bodies stream both ways; an `Upgrade` request
 //! (WebSocket) that the backend accepts with 101 becomes a byte pipe between the two
-//! upgraded connections (HTTP/1.1 only: HTTP/2's extended CONNECT is not served).
+//! upgraded connections. Over HTTP/2 the same is asked for with an extended CONNECT
+//! (RFC 8441, advertised in the server's SETTINGS), which [`crate::upgrade`] turns into
+//! an HTTP/1.1 upgrade to the backend; a CONNECT without `:protocol` (a plain tunnel
+//! request, either version) is refused with 405.
 //! `X-Forwarded-For` and `X-Real-IP` are set to the client's address (an incoming
 //! `X-Forwarded-For` is replaced, not trusted), `X-Forwarded-Proto` and
 //! `X-Forwarded-Host` to what the client asked for.
@@ -15,7 +18,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Request, Response, StatusCode, Uri, Version};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -27,8 +30,8 @@ use tracing::Instrument;
 
 use crate::routes::{Backend, Decision, RouteTable};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-type Body = BoxBody<Bytes, BoxError>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type Body = BoxBody<Bytes, BoxError>;
 
 /// How long a connection to an endpoint may take before the next one is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -98,7 +101,10 @@ where
         let shared = shared.clone();
         async move { Ok::<_, Infallible>(handle(&shared, peer, tls, req).await) }
     });
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // RFC 8441: HTTP/2 clients may ask for WebSocket (or another Upgrade protocol) with
+    // an extended CONNECT once the SETTINGS say so.
+    builder.http2().enable_connect_protocol();
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
     tokio::pin!(conn);
     tokio::select! {
@@ -110,7 +116,7 @@ where
     }
 }
 
-fn text(status: StatusCode, body: String) -> Response<Body> {
+pub(crate) fn text(status: StatusCode, body: String) -> Response<Body> {
     let mut r = Response::new(Full::new(Bytes::from(body)).map_err(|e| match e {}).boxed());
     *r.status_mut() = status;
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
@@ -133,7 +139,14 @@ async fn handle(shared: &Shared, peer: SocketAddr, tls: bool, req: Request<Incom
             Decision::NotFound => text(StatusCode::NOT_FOUND, "default backend - 404\n".into()),
             Decision::Unavailable(b) => text(StatusCode::SERVICE_UNAVAILABLE, format!("503 Service Unavailable: {} has no ready endpoints\n", b.name)),
             Decision::RedirectHttps => redirect(&name, shared.https_port, req.uri()),
-            Decision::Proxy(b) => forward(req, &b, peer, tls, host).await,
+            Decision::Proxy(b) => match crate::upgrade::extended_connect(&req) {
+                Some(protocol) => {
+                    let protocol = protocol.to_string();
+                    crate::upgrade::forward_connect(req, &b, peer, tls, host, protocol).await
+                }
+                None if req.method() == Method::CONNECT => text(StatusCode::METHOD_NOT_ALLOWED, "405 Method Not Allowed: CONNECT is served only with a :protocol (RFC 8441)\n".into()),
+                None => forward(req, &b, peer, tls, host).await,
+            },
         };
         tracing::debug!(status = resp.status().as_u16(), "answered");
         resp
@@ -165,7 +178,7 @@ fn wants_upgrade(headers: &HeaderMap) -> bool {
 
 /// Removes hop-by-hop headers, and the headers the Connection header names; `Upgrade`
 /// and `Connection: upgrade` stay when `upgrade`.
-fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     let named: Vec<HeaderName> = headers.get_all(header::CONNECTION).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok()).collect();
     for n in named.iter().filter(|n| *n != header::UPGRADE) {
         headers.remove(n);
@@ -194,16 +207,9 @@ async fn connect(backend: &Backend) -> Option<(TcpStream, SocketAddr)> {
     None
 }
 
-async fn forward(mut req: Request<Incoming>, backend: &Backend, peer: SocketAddr, tls: bool, host: String) -> Response<Body> {
-    let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(req.headers());
-    let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
-    let (mut parts, body) = req.into_parts();
-    strip_hop_by_hop(&mut parts.headers, upgrade);
-    let pq = parts.uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
-    parts.uri = pq.parse().unwrap_or_else(|_| Uri::from_static("/"));
-    parts.version = Version::HTTP_11;
-    let h = &mut parts.headers;
-    if let Ok(v) = HeaderValue::from_str(&host) {
+/// Sets `Host` and the `X-Forwarded-*` headers of a request to a backend.
+pub(crate) fn set_forwarded(h: &mut HeaderMap, host: &str, peer: SocketAddr, tls: bool) {
+    if let Ok(v) = HeaderValue::from_str(host) {
         h.insert(header::HOST, v.clone());
         h.insert("x-forwarded-host", v);
     }
@@ -212,35 +218,71 @@ async fn forward(mut req: Request<Incoming>, backend: &Backend, peer: SocketAddr
         h.insert("x-real-ip", v);
     }
     h.insert("x-forwarded-proto", HeaderValue::from_static(if tls { "https" } else { "http" }));
+}
+
+/// An HTTP/1.1 connection (with upgrades) to the first endpoint of `backend` that
+/// accepts one; the 502 to answer otherwise.
+pub(crate) async fn open<B>(backend: &Backend) -> Result<hyper::client::conn::http1::SendRequest<B>, Response<Body>>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
     let Some((stream, ep)) = connect(backend).await else {
-        return text(StatusCode::BAD_GATEWAY, format!("502 Bad Gateway: no endpoint of {} accepted a connection\n", backend.name));
+        return Err(text(StatusCode::BAD_GATEWAY, format!("502 Bad Gateway: no endpoint of {} accepted a connection\n", backend.name)));
     };
     tracing::debug!(backend = %backend.name, endpoint = %ep, "forwarding");
-    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
+    let (sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
         Ok(x) => x,
-        Err(e) => return text(StatusCode::BAD_GATEWAY, format!("502 Bad Gateway: {}: {e}\n", backend.name)),
+        Err(e) => return Err(text(StatusCode::BAD_GATEWAY, format!("502 Bad Gateway: {} ({ep}): {e}\n", backend.name))),
     };
     tokio::spawn(async move {
         if let Err(e) = conn.with_upgrades().await {
             tracing::debug!(error = %e, "endpoint connection");
         }
     });
+    Ok(sender)
+}
+
+/// Once both sides have switched protocols, copies bytes between them both ways until
+/// either ends.
+pub(crate) fn splice(client_side: hyper::upgrade::OnUpgrade, backend_side: hyper::upgrade::OnUpgrade) {
+    let span = tracing::Span::current();
+    tokio::spawn(
+        async move {
+            match futures::future::try_join(client_side, backend_side).await {
+                Ok((c, b)) => match tokio::io::copy_bidirectional(&mut TokioIo::new(c), &mut TokioIo::new(b)).await {
+                    Ok((up, down)) => tracing::debug!(up, down, "upgraded connection closed"),
+                    Err(e) => tracing::debug!(error = %e, "upgraded connection ended"),
+                },
+                Err(e) => tracing::debug!(error = %e, "upgrade not completed"),
+            }
+        }
+        .instrument(span),
+    );
+}
+
+async fn forward(mut req: Request<Incoming>, backend: &Backend, peer: SocketAddr, tls: bool, host: String) -> Response<Body> {
+    let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(req.headers());
+    let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let (mut parts, body) = req.into_parts();
+    strip_hop_by_hop(&mut parts.headers, upgrade);
+    let pq = parts.uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
+    parts.uri = pq.parse().unwrap_or_else(|_| Uri::from_static("/"));
+    parts.version = Version::HTTP_11;
+    set_forwarded(&mut parts.headers, &host, peer, tls);
+    let mut sender = match open(backend).await {
+        Ok(s) => s,
+        Err(resp) => return resp,
+    };
     let mut resp = match sender.send_request(Request::from_parts(parts, body)).await {
         Ok(r) => r,
-        Err(e) => return text(StatusCode::BAD_GATEWAY, format!("502 Bad Gateway: {} ({ep}): {e}\n", backend.name)),
+        Err(e) => return text(StatusCode::BAD_GATEWAY, format!("502 Bad Gateway: {}: {e}\n", backend.name)),
     };
     tracing::debug!(status = resp.status().as_u16(), "proxied");
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         if let Some(client_side) = client_side {
-            let backend_side = hyper::upgrade::on(&mut resp);
-            tokio::spawn(async move {
-                match futures::future::try_join(client_side, backend_side).await {
-                    Ok((c, b)) => {
-                        let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(c), &mut TokioIo::new(b)).await;
-                    }
-                    Err(e) => tracing::debug!(error = %e, "upgrade not completed"),
-                }
-            });
+            splice(client_side, hyper::upgrade::on(&mut resp));
             let (parts, _) = resp.into_parts();
             return Response::from_parts(parts, Empty::new().map_err(|e| match e {}).boxed());
         }
