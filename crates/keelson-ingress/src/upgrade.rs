@@ -17,7 +17,6 @@
 //! [`forward_connect`] does the I/O.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -125,36 +124,15 @@ fn refused(mut resp: Response<Incoming>, backend: &Backend) -> Response<Body> {
     resp.map(|b| b.map_err(|e| Box::new(e) as BoxError).boxed())
 }
 
-/// A fresh `Sec-WebSocket-Key`: 16 bytes, base64. Only the endpoint sees it and its
-/// answer goes no further, so it needs to be a nonce, not a secret; std's randomly
-/// keyed SipHash over a counter and the clock makes one without another dependency.
+/// A fresh `Sec-WebSocket-Key`: 16 random bytes, base64 (RFC 6455 §4.1).
 pub fn websocket_key() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default();
-    let mut bytes = [0u8; 16];
-    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(n);
-        h.write_u128(nanos);
-        h.write_usize(i);
-        chunk.copy_from_slice(&h.finish().to_le_bytes());
-    }
-    base64(&bytes)
+    base64(&rand::random::<[u8; 16]>())
 }
 
 /// Standard base64 with padding (RFC 4648 §4).
 pub(crate) fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for c in bytes.chunks(3) {
-        let n = (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
-        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
-            out.push(if i <= c.len() { char::from(ALPHABET[((n >> shift) & 63) as usize]) } else { '=' });
-        }
-    }
-    out
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// Serves an extended CONNECT for `protocol` that the route table sent to `backend`.
