@@ -144,6 +144,14 @@ fn status_to_rpc(target: NodeId, s: tonic::Status) -> RPCError<KeelsonRaft> {
     }
 }
 
+/// The gRPC request carrying `rpc`, with the RPC's deadline.
+fn request<T: serde::Serialize>(what: &'static str, rpc: &T, option: &RPCOption) -> Result<tonic::Request<keelson_proto::v1::Envelope>, RPCError<KeelsonRaft>> {
+    let env = wire::encode(what, rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+    let mut req = tonic::Request::new(env);
+    req.set_timeout(option.hard_ttl());
+    Ok(req)
+}
+
 fn decode_reply<T: serde::de::DeserializeOwned>(
     what: &'static str,
     env: &keelson_proto::v1::Envelope,
@@ -169,9 +177,7 @@ impl RaftNetworkV2<KeelsonRaft> for GrpcPeer {
         rpc: AppendEntriesRequest<KeelsonRaft>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<KeelsonRaft>, RPCError<KeelsonRaft>> {
-        let env = wire::encode("append-entries", &rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let mut req = tonic::Request::new(env);
-        req.set_timeout(option.hard_ttl());
+        let req = request("append-entries", &rpc, &option)?;
         let resp = self.client()?.append_entries(req).await.map_err(|s| status_to_rpc(self.target, s))?;
         decode_reply("append-entries reply", resp.get_ref())
     }
@@ -181,9 +187,7 @@ impl RaftNetworkV2<KeelsonRaft> for GrpcPeer {
         rpc: VoteRequest<KeelsonRaft>,
         option: RPCOption,
     ) -> Result<VoteResponse<KeelsonRaft>, RPCError<KeelsonRaft>> {
-        let env = wire::encode("vote", &rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let mut req = tonic::Request::new(env);
-        req.set_timeout(option.hard_ttl());
+        let req = request("vote", &rpc, &option)?;
         let resp = self.client()?.vote(req).await.map_err(|s| status_to_rpc(self.target, s))?;
         decode_reply("vote reply", resp.get_ref())
     }
@@ -193,9 +197,7 @@ impl RaftNetworkV2<KeelsonRaft> for GrpcPeer {
         rpc: VoteRequest<KeelsonRaft>,
         option: RPCOption,
     ) -> Result<VoteResponse<KeelsonRaft>, RPCError<KeelsonRaft>> {
-        let env = wire::encode("pre-vote", &rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let mut req = tonic::Request::new(env);
-        req.set_timeout(option.hard_ttl());
+        let req = request("pre-vote", &rpc, &option)?;
         match self.client()?.pre_vote(req).await {
             Ok(resp) => decode_reply("pre-vote reply", resp.get_ref()),
             Err(s) if s.code() == tonic::Code::Unimplemented => {
