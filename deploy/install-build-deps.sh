@@ -18,6 +18,8 @@ command -v runc >/dev/null 2>&1 || optional+=(runc)
 [ -x /usr/lib/cni/bridge ] || optional+=(containernetworking-plugins)
 [ -x /bin/busybox ] || optional+=(busybox-static)
 command -v curl >/dev/null 2>&1 || optional+=(curl)
+# The CNI portmap plugin (hostPort) programs iptables inside each node.
+command -v iptables >/dev/null 2>&1 || optional+=(iptables)
 # The service proxy flushes the conntrack entries of removed UDP endpoints.
 command -v conntrack >/dev/null 2>&1 || optional+=(conntrack)
 # `keelson bench ingress` (and its test) measures nginx as a reverse proxy beside the ingress.

@@ -86,6 +86,7 @@ async fn agent_runs_pods_in_real_containers() {
     let pp = PostParams::default();
     cms.create(&pp, &serde_json::from_value(json!({"metadata": {"name": "cfg"}, "data": {"greeting": "hello", "mode": "fast"}})).unwrap()).await.unwrap();
     const IMG: &str = "keelson.local/busybox:stable";
+    const HOST_PORT: u16 = 18080;
     let bound = |name: &str, spec: serde_json::Value| {
         let mut spec = spec;
         spec["nodeName"] = json!("n1");
@@ -93,12 +94,12 @@ async fn agent_runs_pods_in_real_containers() {
     };
     // A web server with an HTTP readiness probe, placed by the scheduler.
     pods.create(&pp, &manifest(json!({"metadata": {"name": "web"}, "spec": {"terminationGracePeriodSeconds": 2, "containers": [{"name": "httpd", "image": IMG,
-        "command": ["httpd", "-f", "-p", "8080", "-h", "/www"], "ports": [{"name": "http", "containerPort": 8080}],
+        "command": ["httpd", "-f", "-p", "8080", "-h", "/www"], "ports": [{"name": "http", "containerPort": 8080, "hostPort": HOST_PORT}],
         "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1}}]}}))).await.unwrap();
     let mut mix = bound("mix", json!({"terminationGracePeriodSeconds": 1,
         "initContainers": [{"name": "setup", "image": IMG, "command": ["sh", "-c", "echo init-done > /work/ready"], "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
         "containers": [{"name": "app", "image": IMG,
-            "command": ["sh", "-c", "cat /work/ready; echo $GREETING $(POD_NAME) $CFG_mode; echo conf=$$(cat /conf/greeting); echo labels=$$(cat /info/labels); sleep 3600"],
+            "command": ["sh", "-c", "cat /work/ready; echo $GREETING $(POD_NAME) $CFG_mode; echo conf=$$(cat /conf/greeting 2>&1); echo labels=$$(cat /info/labels); sleep 3600"],
             "env": [{"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "greeting", "optional": true}}}, {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
             "envFrom": [{"configMapRef": {"name": "cfg"}, "prefix": "CFG_"}],
             "volumeMounts": [{"name": "work", "mountPath": "/work"}, {"name": "conf", "mountPath": "/conf"}, {"name": "info", "mountPath": "/info"}],
@@ -129,6 +130,9 @@ async fn agent_runs_pods_in_real_containers() {
     assert!(web_ip.starts_with("10.42.7."), "pod IP {web_ip} from the node's podCIDR");
     assert_eq!(web.spec.as_ref().unwrap().node_name.as_deref(), Some("n1"), "the scheduler placed it");
     assert_eq!(net.curl(&format!("http://{web_ip}:8080/")), "hello from keelson\n");
+    // Its hostPort, from the host's end of the node's link (CNI portmap in the node).
+    let host_curl = |url: String| String::from_utf8_lossy(&sh(&["curl", "-s", "-m", "3", &url]).stdout).to_string();
+    assert_eq!(host_curl(format!("http://{}:{HOST_PORT}/", net.node_ip)), "hello from keelson\n", "hostPort {HOST_PORT} on the node's address");
     let web_container = container_status(&web)["containerID"].as_str().unwrap().to_string();
 
     // Init container, env, ConfigMap, emptyDir and downward API volumes, exec probes.
@@ -289,6 +293,10 @@ async fn agent_runs_pods_in_real_containers() {
     let sbs = runtime.list_sandboxes().await.unwrap();
     assert!(!sbs.iter().any(|s| s.uid == web_uid), "web's sandbox is removed once its deletion is confirmed");
     assert!(!dir.join(format!("n1/pods/{web_uid}")).exists(), "and its volumes");
+    let rules = sh(&["nsenter", &net.netns_path(), "iptables-save", "-t", "nat"]);
+    let rules = String::from_utf8_lossy(&rules.stdout);
+    assert!(!rules.contains(&format!("--dport {HOST_PORT}")), "web's hostPort rules are left in the node:\n{rules}");
+    assert_eq!(host_curl(format!("http://{}:{HOST_PORT}/", net.node_ip)), "", "the hostPort still answers");
     assert!(events_of(&client, "web").await.iter().any(|(r, m)| r == "Killing" && m == "Stopping container httpd"));
 
     // Stopping the agent (as a power-off, --stop-pods-on-exit) leaves no container behind.
