@@ -135,6 +135,39 @@ async fn agent_runs_pods_in_real_containers() {
     assert_eq!(host_curl(format!("http://{}:{HOST_PORT}/", net.node_ip)), "hello from keelson\n", "hostPort {HOST_PORT} on the node's address");
     let web_container = container_status(&web)["containerID"].as_str().unwrap().to_string();
 
+    // imagePullSecrets reach the registry (a stand-in on the node's loopback: a 401
+    // challenge without the credentials, "manifest unknown" with them); a pod without
+    // the secret is refused as unauthorized, one naming a missing secret is warned about.
+    let registry = node_support::registry::FakeRegistry::start_in(&net.ns, "alice:s3cret");
+    let private = format!("127.0.0.1:{}/private/app:1", registry.port);
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "default");
+    let docker_config = json!({"auths": {format!("127.0.0.1:{}", registry.port): {"username": "alice", "password": "s3cret"}}}).to_string();
+    secrets.create(&pp, &serde_json::from_value(json!({"metadata": {"name": "regcred"}, "type": "kubernetes.io/dockerconfigjson", "stringData": {".dockerconfigjson": docker_config}})).unwrap()).await.unwrap();
+    pods.create(&pp, &bound("private", json!({"containers": [{"name": "c", "image": private}], "imagePullSecrets": [{"name": "regcred"}, {"name": "absent"}]}))).await.unwrap();
+    let private_events = poll("private's pull failure", Duration::from_secs(60), || async {
+        let ev = events_of(&client, "private").await;
+        ev.iter().any(|(r, _)| r == "Failed").then_some(ev)
+    })
+    .await;
+    let pulled_with_secret = registry.seen.lock().unwrap().clone();
+    use base64::Engine;
+    assert!(pulled_with_secret.contains(&format!("Basic {}", base64::engine::general_purpose::STANDARD.encode("alice:s3cret"))), "the registry saw {pulled_with_secret:?}; events {private_events:?}");
+    assert!(private_events.iter().any(|(r, m)| r == "FailedToRetrieveImagePullSecret" && m.contains("(absent)")), "{private_events:?}");
+    assert!(private_events.iter().any(|(r, m)| r == "Failed" && m.contains("not found")), "with the credentials the registry says not found: {private_events:?}");
+    registry.seen.lock().unwrap().clear();
+    pods.create(&pp, &bound("anonymous", json!({"containers": [{"name": "c", "image": private}]}))).await.unwrap();
+    let anonymous_events = poll("anonymous's pull failure", Duration::from_secs(60), || async {
+        let ev = events_of(&client, "anonymous").await;
+        ev.iter().any(|(r, _)| r == "Failed").then_some(ev)
+    })
+    .await;
+    assert!(!anonymous_events.iter().any(|(_, m)| m.contains("not found")), "pulled without credentials, yet past the challenge: {anonymous_events:?}");
+    let seen = registry.seen.lock().unwrap().clone();
+    assert!(!seen.is_empty() && seen.iter().all(|a| a.is_empty()), "the anonymous pull's requests: {seen:?}");
+    for p in ["private", "anonymous"] {
+        pods.delete(p, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
+    }
+
     // Init container, env, ConfigMap, emptyDir and downward API volumes, exec probes.
     let mix = pod_where(&pods, "mix", "Running and Ready", |p| phase(p) == "Running" && ready(p)).await;
     assert_eq!(mix.status.as_ref().unwrap().init_container_statuses.as_ref().unwrap()[0].state.as_ref().unwrap().terminated.as_ref().unwrap().reason.as_deref(), Some("Completed"));

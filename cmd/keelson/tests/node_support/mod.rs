@@ -3,6 +3,8 @@
 //! cluster with a node token, and `keelson agent` started inside the namespace.
 #![allow(dead_code)]
 
+pub mod registry;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;

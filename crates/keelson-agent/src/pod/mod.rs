@@ -5,6 +5,7 @@ pub mod dns;
 pub mod env;
 pub mod plan;
 pub mod probe;
+pub mod pull_secrets;
 pub mod resources;
 pub mod status;
 pub mod volumes;

@@ -371,7 +371,7 @@ async fn ensure_image(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, c: &
     }
     ctx.event(pod, Some(&c.name), EventType::Normal, "Pulling", &format!("Pulling image \"{image}\"")).await;
     let started = std::time::Instant::now();
-    match ctx.runtime.pull_image(&image).await {
+    match pull(ctx, pod, &image).await {
         Ok(_) => {
             state.image_waits.remove(&c.name);
             let took = started.elapsed().as_secs_f64();
@@ -391,6 +391,49 @@ async fn ensure_image(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, c: &
             Err(())
         }
     }
+}
+
+/// Pulls `image` with the pod's image pull secrets that match it, each in turn until one
+/// works (as kubelet does), anonymously when none match. A secret that cannot be read is
+/// left out with a Warning, as kubelet's `FailedToRetrieveImagePullSecret`.
+async fn pull(ctx: &PodContext, pod: &Pod, image: &str) -> Result<String, crate::runtime::RuntimeError> {
+    let names: Vec<String> = pod.spec.iter().flat_map(|s| s.image_pull_secrets.iter().flatten()).map(|r| r.name.clone()).filter(|n| !n.is_empty()).collect();
+    let mut secrets = Vec::new();
+    let mut unusable = Vec::new();
+    if !names.is_empty() {
+        let api: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(ctx.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
+        for name in &names {
+            match api.get_opt(name).await {
+                Ok(Some(s)) => match crate::pod::pull_secrets::credentials_for(image, std::slice::from_ref(&s)) {
+                    Ok(_) => secrets.push(s),
+                    Err(e) => {
+                        tracing::warn!(secret = %name, error = %e, "image pull secret left out");
+                        unusable.push(name.clone());
+                    }
+                },
+                Ok(None) | Err(_) => unusable.push(name.clone()),
+            }
+        }
+    }
+    if !unusable.is_empty() {
+        let msg = format!("Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.", unusable.join(", "));
+        ctx.event(pod, None, EventType::Warning, "FailedToRetrieveImagePullSecret", &msg).await;
+    }
+    let credentials = crate::pod::pull_secrets::credentials_for(image, &secrets).unwrap_or_default();
+    if credentials.is_empty() {
+        return ctx.runtime.pull_image(image, None).await;
+    }
+    let mut last = None;
+    for auth in &credentials {
+        match ctx.runtime.pull_image(image, Some(auth)).await {
+            Ok(r) => return Ok(r),
+            Err(e) => {
+                tracing::debug!(user = %auth.username, error = %e, "pull with these credentials failed");
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.expect("at least one credential was tried"))
 }
 
 async fn start_container(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, observed: &Observed, name: &str, attempt: u32) -> Result<(), ()> {

@@ -11,7 +11,7 @@ use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::{Channel, Endpoint};
 
 use super::{
-    ContainerInfo, ContainerStats, ContainerSpec, ContainerState, ExecResult, ImageInfo, Runtime, RuntimeError, SandboxInfo, SandboxSpec, Streams, LABEL_CONTAINER_NAME,
+    ContainerInfo, ContainerStats, ContainerSpec, ContainerState, ExecResult, ImageInfo, RegistryAuth, Runtime, RuntimeError, SandboxInfo, SandboxSpec, Streams, LABEL_CONTAINER_NAME,
     LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID,
 };
 
@@ -192,8 +192,16 @@ impl Runtime for CriRuntime {
         Ok(self.images.clone().image_status(req).await.map_err(call("ImageStatus"))?.into_inner().image.map(|i| i.id))
     }
 
-    async fn pull_image(&self, image: &str) -> Result<String, RuntimeError> {
-        let req = cri::PullImageRequest { image: Some(cri::ImageSpec { image: image.into(), ..Default::default() }), auth: None, sandbox_config: None };
+    async fn pull_image(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<String, RuntimeError> {
+        let auth = auth.map(|a| cri::AuthConfig {
+            username: a.username.clone(),
+            password: a.password.clone(),
+            server_address: a.server_address.clone(),
+            identity_token: a.identity_token.clone(),
+            registry_token: a.registry_token.clone(),
+            ..Default::default()
+        });
+        let req = cri::PullImageRequest { image: Some(cri::ImageSpec { image: image.into(), ..Default::default() }), auth, sandbox_config: None };
         Ok(self.images.clone().pull_image(req).await.map_err(call("PullImage"))?.into_inner().image_ref)
     }
 

@@ -43,6 +43,23 @@ pub struct SandboxSpec {
     pub cgroup_parent: String,
 }
 
+/// Credentials for one registry (CRI's `AuthConfig`), from an image pull secret.
+#[derive(Clone, Default, PartialEq)]
+pub struct RegistryAuth {
+    pub username: String,
+    pub password: String,
+    pub server_address: String,
+    pub identity_token: String,
+    pub registry_token: String,
+}
+
+impl std::fmt::Debug for RegistryAuth {
+    /// Never the secrets themselves.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryAuth").field("username", &self.username).field("server_address", &self.server_address).finish_non_exhaustive()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct PortMapping {
     pub protocol: String,
@@ -184,8 +201,8 @@ pub trait Runtime: Send + Sync + 'static {
     }
     /// Whether `image` is present; its id (digest) if so.
     async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError>;
-    /// Pulls `image` from its registry.
-    async fn pull_image(&self, image: &str) -> Result<String, RuntimeError>;
+    /// Pulls `image` from its registry, with `auth` when given.
+    async fn pull_image(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<String, RuntimeError>;
     async fn list_images(&self) -> Result<Vec<ImageInfo>, RuntimeError>;
     async fn create_container(&self, sandbox_id: &str, sandbox: &SandboxSpec, spec: &ContainerSpec) -> Result<String, RuntimeError>;
     async fn start_container(&self, id: &str) -> Result<(), RuntimeError>;
