@@ -143,6 +143,13 @@ async fn agent_runs_pods_in_real_containers() {
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "default");
     let docker_config = json!({"auths": {format!("127.0.0.1:{}", registry.port): {"username": "alice", "password": "s3cret"}}}).to_string();
     secrets.create(&pp, &serde_json::from_value(json!({"metadata": {"name": "regcred"}, "type": "kubernetes.io/dockerconfigjson", "stringData": {".dockerconfigjson": docker_config}})).unwrap()).await.unwrap();
+    // A pod naming none gets its ServiceAccount's pull secrets at admission.
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), "default");
+    accounts.create(&pp, &serde_json::from_value(json!({"metadata": {"name": "puller"}, "imagePullSecrets": [{"name": "regcred"}]})).unwrap()).await.unwrap();
+    let via_account = pods.create(&pp, &bound("via-account", json!({"serviceAccountName": "puller", "containers": [{"name": "c", "image": IMG, "imagePullPolicy": "Never"}]}))).await.unwrap();
+    let names: Vec<String> = via_account.spec.unwrap().image_pull_secrets.unwrap_or_default().into_iter().map(|r| r.name).collect();
+    assert_eq!(names, ["regcred"], "the ServiceAccount's imagePullSecrets");
+    pods.delete("via-account", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
     pods.create(&pp, &bound("private", json!({"containers": [{"name": "c", "image": private}], "imagePullSecrets": [{"name": "regcred"}, {"name": "absent"}]}))).await.unwrap();
     let private_events = poll("private's pull failure", Duration::from_secs(60), || async {
         let ev = events_of(&client, "private").await;

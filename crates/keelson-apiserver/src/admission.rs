@@ -68,6 +68,18 @@ pub fn admit_create(def: &ResourceDef, obj: &mut Value, suffix: &str) {
     }
 }
 
+/// The ServiceAccount plugin's other mutation: a pod without `imagePullSecrets` gets
+/// those of its ServiceAccount `sa`.
+pub fn copy_service_account_pull_secrets(pod: &mut Value, sa: &Value) {
+    let Some(secrets) = sa.get("imagePullSecrets").and_then(Value::as_array).filter(|a| !a.is_empty()) else { return };
+    if let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) {
+        let has = spec.get("imagePullSecrets").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+        if !has {
+            spec.insert("imagePullSecrets".into(), Value::Array(secrets.clone()));
+        }
+    }
+}
+
 /// Kubernetes' ServiceAccount plugin, its mutating part: the pod runs as `default` unless
 /// it names an account, and unless `automountServiceAccountToken` is false it gets a
 /// projected volume (a bound token that expires after 3607 s, the `kube-root-ca.crt`
@@ -236,6 +248,20 @@ mod tests {
 
     fn access_mounts(c: &Value) -> Vec<&Value> {
         c["volumeMounts"].as_array().map(|m| m.iter().filter(|m| m["mountPath"] == SERVICE_ACCOUNT_MOUNT_PATH).collect()).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_pod_without_pull_secrets_gets_its_service_accounts() {
+        let sa = json!({"metadata": {"name": "builder"}, "imagePullSecrets": [{"name": "regcred"}]});
+        let mut pod = json!({"spec": {"serviceAccountName": "builder", "containers": [{"name": "a", "image": "x"}]}});
+        copy_service_account_pull_secrets(&mut pod, &sa);
+        assert_eq!(pod["spec"]["imagePullSecrets"], json!([{"name": "regcred"}]));
+        let mut own = json!({"spec": {"imagePullSecrets": [{"name": "mine"}], "containers": []}});
+        copy_service_account_pull_secrets(&mut own, &sa);
+        assert_eq!(own["spec"]["imagePullSecrets"], json!([{"name": "mine"}]), "the pod's own are kept");
+        let mut none = json!({"spec": {"containers": []}});
+        copy_service_account_pull_secrets(&mut none, &json!({"metadata": {"name": "default"}}));
+        assert!(none["spec"].get("imagePullSecrets").is_none());
     }
 
     #[test]

@@ -129,6 +129,21 @@ impl Registry {
         Ok(page.items.into_iter().map(|s| s.obj).collect())
     }
 
+    /// The ServiceAccount plugin's image pull secrets: a new pod naming none gets its
+    /// ServiceAccount's (`imagePullSecrets` of the account, when it exists).
+    async fn admit_service_account_pull_secrets(&self, def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
+        if (def.group, def.kind) != ("", "Pod") || obj.pointer("/spec/imagePullSecrets").and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
+            return Ok(());
+        }
+        let Some(sa_def) = crate::catalog::lookup("", "v1", "serviceaccounts") else { return Ok(()) };
+        let ns = meta::namespace_of(obj).unwrap_or("default").to_string();
+        let account = obj.pointer("/spec/serviceAccountName").and_then(Value::as_str).unwrap_or("default").to_string();
+        if let Some(sa) = self.store.get(&object_key(sa_def, Some(&ns), &account)).await? {
+            crate::admission::copy_service_account_pull_secrets(obj, &sa.obj);
+        }
+        Ok(())
+    }
+
     /// Priority admission: a new pod's priority from its class; a PriorityClass that
     /// claims to be the default while another one is.
     async fn admit_priority(&self, def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
@@ -159,6 +174,7 @@ impl Registry {
             crate::admission::set_default_storage_class(&mut obj, class.as_deref());
         }
         self.admit_priority(def, &mut obj).await?;
+        self.admit_service_account_pull_secrets(def, &mut obj).await?;
         if meta::name_of(&obj).is_empty() {
             return Err(ApiError::invalid(def.kind, def.group, "", vec![crate::error::Cause::required("metadata.name")]));
         }
