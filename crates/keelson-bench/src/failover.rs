@@ -389,7 +389,9 @@ async fn bench_system(target: &mut Target, args: &FailoverBenchArgs) -> anyhow::
     let mut r = SystemFailover::default();
     if args.quiet_secs > 0 {
         eprintln!("bench: {}: {} s of writes without faults", target.system(), args.quiet_secs);
-        r.quiet_leader_changes = Some(quiet_leader_changes(target, args.clients, args.quiet_secs, args.api).await?);
+        let changes = quiet_leader_changes(target, args.clients, args.quiet_secs, args.api).await?;
+        eprintln!("bench: {}: {changes} leader changes in {} s without faults", target.system(), args.quiet_secs);
+        r.quiet_leader_changes = Some(changes);
     }
     for k in 0..args.kills {
         let (o, catch_up) = kill_round_again(target, true, args.clients, args.api).await?;
@@ -421,18 +423,27 @@ pub async fn run_failover_bench(args: FailoverBenchArgs) -> anyhow::Result<()> {
     let root = args.data_dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     std::fs::create_dir_all(&root)?;
     let mut systems: Vec<(&str, SystemFailover)> = Vec::new();
+    // A system that fails midway is reported as an error after the figures of those that
+    // finished, which are printed all the same.
+    let mut failed = None;
     if !args.etcd_only {
         let spec = ClusterSpec::loopback(3, std::env::current_exe()?, root.join("keelson"));
         let mut target = Target::Keelson(Box::new(Cluster::start(spec, |m| eprintln!("bench: keelson: {m}")).await?));
         let r = bench_system(&mut target, &args).await;
         target.stop().await?;
-        systems.push(("keelson", r?));
+        match r {
+            Ok(r) => systems.push(("keelson", r)),
+            Err(e) => failed = Some(e),
+        }
     }
-    if args.compare_etcd {
+    if args.compare_etcd && failed.is_none() {
         let mut target = Target::Etcd(Etcd::start(find_etcd_script(&args.etcd_script)?, &root).await?);
         let r = bench_system(&mut target, &args).await;
         target.stop().await?;
-        systems.push(("etcd", r?));
+        match r {
+            Ok(r) => systems.push(("etcd", r)),
+            Err(e) => failed = Some(e),
+        }
     }
     if args.json {
         let mut obj = serde_json::Map::new();
@@ -460,5 +471,5 @@ pub async fn run_failover_bench(args: FailoverBenchArgs) -> anyhow::Result<()> {
             );
         }
     }
-    Ok(())
+    failed.map_or(Ok(()), Err)
 }
