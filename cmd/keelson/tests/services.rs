@@ -52,9 +52,11 @@ async fn services_reach_pods_by_name_cluster_ip_and_node_port() {
         "metadata": {"name": "web"},
         "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}, "template": {
             "metadata": {"labels": {"app": "web"}},
-            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "httpd", "image": IMG,
+            "spec": {"terminationGracePeriodSeconds": 6, "containers": [{"name": "httpd", "image": IMG,
                 "command": ["sh", "-c", "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 80 -h /www"],
                 "ports": [{"name": "http", "containerPort": 80}],
+                // Serving on while the endpoint leaves the rules, as Kubernetes users do.
+                "lifecycle": {"preStop": {"exec": {"command": ["sleep", "3"]}}},
                 // Unready once labelled state=unready (the downward API file follows labels).
                 "readinessProbe": {"exec": {"command": ["sh", "-c", "! grep -q unready /info/labels"]}, "periodSeconds": 1},
                 "volumeMounts": [{"name": "info", "mountPath": "/info"}]}],
@@ -158,6 +160,25 @@ async fn services_reach_pods_by_name_cluster_ip_and_node_port() {
         seen.insert(String::from_utf8_lossy(&o.stdout).trim().to_string());
     }
     assert_eq!(seen, rest, "the NodePort avoids the unready backend too");
+
+    // A ready backend deleted (and replaced by its ReplicaSet) while the client asks
+    // again and again: terminating, it leaves the rules during its preStop, and no
+    // request goes unanswered.
+    let doomed = rest.iter().next().unwrap().clone();
+    let from = log_of().await.lines().count();
+    pods.delete(&doomed, &Default::default()).await.unwrap();
+    poll("the deleted backend gone", Duration::from_secs(60), || async { pods.get_opt(&doomed).await.ok()?.is_none().then_some(()) }).await;
+    poll("a replacement ready", Duration::from_secs(60), || async {
+        let list = pods.list(&ListParams::default().labels("app=web")).await.ok()?;
+        (list.items.iter().filter(|p| ready(p)).count() == 2).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let log = log_of().await;
+    let during: Vec<&str> = log.lines().skip(from).filter(|l| l.starts_with(full) || l.starts_with("web ")).collect();
+    assert!(during.len() >= 10, "the client kept asking: {during:?}");
+    let unanswered: Vec<&&str> = during.iter().filter(|l| !l.split_once(' ').is_some_and(|(_, r)| r.trim().starts_with("web-"))).collect();
+    assert!(unanswered.is_empty(), "requests unanswered while a backend was deleted: {unanswered:?}");
 
     // A headless Service's pod with hostname and subdomain resolves by its own name.
     services.create(&pp, &serde_json::from_value(json!({
