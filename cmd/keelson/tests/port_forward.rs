@@ -78,6 +78,27 @@ fn http_get_then(port: u16, half_close: bool) -> String {
     out
 }
 
+/// An HTTP/1.0 GET of `path`: the body's bytes (after the header).
+fn http_get_body(port: u16, path: &str) -> Vec<u8> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: web\r\n\r\n").as_bytes()).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    match out.windows(4).position(|w| w == b"\r\n\r\n") {
+        Some(i) => out.split_off(i + 4),
+        None => Vec::new(),
+    }
+}
+
+/// `sha256sum`'s digest of `bytes`.
+fn sha256(bytes: &[u8]) -> String {
+    let mut child = std::process::Command::new("sha256sum").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().expect("sha256sum");
+    child.stdin.take().unwrap().write_all(bytes).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap_or_default().to_string()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_port_forward_reaches_a_pod() {
     if !node_tests_possible("kubectl port-forward into a real pod") {
@@ -93,7 +114,7 @@ async fn kubectl_port_forward_reaches_a_pod() {
 
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
     let web: Pod = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 1,
-        "containers": [{"name": "httpd", "image": "keelson.local/busybox:stable", "command": ["httpd", "-f", "-p", "8080", "-h", "/www"],
+        "containers": [{"name": "httpd", "image": "keelson.local/busybox:stable", "command": ["sh", "-c", "dd if=/dev/urandom of=/www/big bs=1048576 count=32 2>/dev/null; sha256sum /www/big; exec httpd -f -p 8080 -h /www"],
             "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1}}]}}))
     .unwrap();
     pods.create(&PostParams::default(), &web).await.unwrap();
@@ -110,6 +131,14 @@ async fn kubectl_port_forward_reaches_a_pod() {
         let answer = http_get(fwd.port);
         assert!(answer.starts_with("HTTP/1.") && answer.ends_with("hello from keelson\n"), "GET #{attempt} through the tunnel: {answer:?}\nkubectl: {}", fwd.stderr.lock().unwrap());
     }
+    // A large download, byte for byte (32 MiB of random data, its digest in the pod's log).
+    let logged = pods.logs("web", &Default::default()).await.unwrap();
+    let want = logged.split_whitespace().next().unwrap_or_default().to_string();
+    let started = std::time::Instant::now();
+    let big = http_get_body(fwd.port, "/big");
+    eprintln!("32 MiB through the WebSocket tunnel in {:?}", started.elapsed());
+    assert_eq!(big.len(), 32 << 20, "the download's size through the WebSocket tunnel");
+    assert_eq!(sha256(&big), want, "the download's digest through the WebSocket tunnel");
     assert!(server_log().contains("port-forward tunnelled in a WebSocket"), "the WebSocket tunnel was used, not the SPDY fallback");
     assert!(!server_log().contains("port-forward over SPDY"));
     drop(fwd);
@@ -118,6 +147,8 @@ async fn kubectl_port_forward_reaches_a_pod() {
     let fwd = port_forward("kubectl", &cluster.kubeconfig, &[("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")], 8080);
     let answer = http_get(fwd.port);
     assert!(answer.ends_with("hello from keelson\n"), "GET over SPDY: {answer:?}\nkubectl: {}", fwd.stderr.lock().unwrap());
+    let big = http_get_body(fwd.port, "/big");
+    assert_eq!((big.len(), sha256(&big)), (32 << 20, want.clone()), "the large download over SPDY");
     // The client's half-close reaches the pod, and the answer still comes back.
     let answer = http_get_then(fwd.port, true);
     assert!(answer.ends_with("hello from keelson\n"), "GET after a half-close: {answer:?}\nkubectl: {}", fwd.stderr.lock().unwrap());
