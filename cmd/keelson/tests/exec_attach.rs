@@ -126,6 +126,20 @@ async fn exec_cp_and_attach_with_stdin_that_ends() {
     assert_eq!((o.status.code(), text(&o.stdout).as_str()), (Some(0), "hi\n"), "echo hi | kubectl exec -i box -- cat; stderr: {}\n{}", text(&o.stderr), logs());
     let o = kubectl_with("kubectl", &kc, &["exec", "-i", "box", "--", "wc", "-c"], &vec![b'x'; 200_000], limit);
     assert_eq!(text(&o.stdout).trim(), "200000", "all of a large stdin arrives before its end; stderr: {}", text(&o.stderr));
+    // `exec -it` under a terminal (script(1) gives kubectl a pty of 41×101): the command
+    // gets a TTY of its own and kubectl's size through the resize channel; its exit code
+    // passes through. Both protocols: WebSocket (1.33) and SPDY (1.29).
+    for kubectl in ["kubectl", KUBECTL_1_29] {
+        // The size follows the terminal's: resized to 50×120 while the command runs.
+        let line = format!(
+            "stty rows 41 cols 101; (sleep 5; stty rows 50 cols 120 </dev/tty) & {kubectl} --kubeconfig {} exec -it box -- sh -c 'tty; sleep 2; stty size; sleep 8; stty size; exit 3'",
+            kc.display()
+        );
+        let o = Command::new("timeout").args(["60", "script", "-qec", &line, "/dev/null"]).stdin(Stdio::null()).output().expect("script(1)");
+        let out = text(&o.stdout);
+        assert!(out.contains("/dev/pts/") && out.contains("41 101\r\n50 120"), "{kubectl} exec -it: a TTY of the terminal's size, then its new one: {out:?} {}", text(&o.stderr));
+        assert_eq!(o.status.code(), Some(3), "{kubectl} exec -it's exit code: {out:?}");
+    }
     // The exit code passes through; stdout and stderr stay apart.
     let o = kubectl_with("kubectl", &kc, &["exec", "box", "--", "sh", "-c", "echo out; echo err >&2; exit 7"], b"", limit);
     assert_eq!(o.status.code(), Some(7), "exit 7; stderr: {}", text(&o.stderr));

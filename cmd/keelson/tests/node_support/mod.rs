@@ -18,7 +18,7 @@ pub fn is_root() -> bool {
 }
 
 pub fn missing_tools() -> Vec<&'static str> {
-    ["/usr/bin/containerd", "/usr/bin/ctr", "/usr/sbin/runc", "/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/bin/busybox", "/usr/bin/nsenter", "/usr/bin/curl", "/usr/sbin/nft", "/usr/lib/cni/portmap", "/usr/sbin/iptables"]
+    ["/usr/bin/containerd", "/usr/bin/ctr", "/usr/sbin/runc", "/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/bin/busybox", "/usr/bin/nsenter", "/usr/bin/curl", "/usr/sbin/nft", "/usr/lib/cni/portmap", "/usr/sbin/iptables", "/usr/bin/script"]
         .into_iter()
         .filter(|p| !Path::new(p).exists())
         .collect()
