@@ -21,6 +21,8 @@ pub struct ApiOptions {
     pub serving_validity: Option<std::time::Duration>,
     /// Rotate serving certificates: (renew when less than this is left, check interval).
     pub rotation: Option<(std::time::Duration, std::time::Duration)>,
+    /// `--max-requests-inflight` / `--max-mutating-requests-inflight` (None: the defaults).
+    pub inflight: Option<(usize, usize)>,
 }
 
 pub struct ApiCluster {
@@ -98,6 +100,8 @@ impl ApiCluster {
             initial_join_token: None,
             cert_rotation,
             identity: Some(keelson_apiserver::identity_lease::ServerIdentity { name: format!("server-{i}"), address: self.api_addrs[i] }),
+            max_requests_inflight: self.opts.inflight.map_or(keelson_apiserver::inflight::DEFAULT_MAX_REQUESTS_INFLIGHT, |l| l.0),
+            max_mutating_requests_inflight: self.opts.inflight.map_or(keelson_apiserver::inflight::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT, |l| l.1),
         };
         let mut last = None;
         for _ in 0..50 {

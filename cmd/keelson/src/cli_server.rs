@@ -40,6 +40,14 @@ pub struct ServerArgs {
     /// Rotate the audit log at this size, in MiB.
     #[arg(long, default_value_t = 100)]
     audit_log_maxsize_mb: u64,
+    /// Read-only requests served at once before 429 with Retry-After (0: no limit).
+    /// Watches, exec, attach, port-forward, proxy and logs are not counted;
+    /// system:masters is never refused.
+    #[arg(long, default_value_t = keelson_apiserver::inflight::DEFAULT_MAX_REQUESTS_INFLIGHT)]
+    max_requests_inflight: usize,
+    /// Mutating requests served at once before 429 (0: no limit).
+    #[arg(long, default_value_t = keelson_apiserver::inflight::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT)]
+    max_mutating_requests_inflight: usize,
     /// Rotated audit logs kept.
     #[arg(long, default_value_t = 10)]
     audit_log_maxbackup: usize,
@@ -253,6 +261,8 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             initial_join_token: initial_token.map(|t| (t.id, t.secret)),
             cert_rotation: Some(rotation),
             identity: Some(keelson_apiserver::identity_lease::ServerIdentity { name: server_name.clone(), address: api_address }),
+            max_requests_inflight: args.max_requests_inflight,
+            max_mutating_requests_inflight: args.max_mutating_requests_inflight,
         },
         running.shutdown_token(),
     )

@@ -20,6 +20,7 @@ pub mod audit;
 pub mod auth;
 pub mod http;
 pub mod identity_lease;
+pub mod inflight;
 pub mod join;
 pub mod kubernetes_service;
 pub mod join_client;

@@ -22,6 +22,20 @@ struct Request {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Kind {
+    request_kind: &'static str,
+}
+
+/// One request counted in `apiserver_current_inflight_requests` until dropped.
+pub struct InflightGuard(Gauge);
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Verb {
     verb: String,
 }
@@ -31,6 +45,8 @@ pub struct ApiMetrics {
     requests: Family<Request, Counter>,
     latency: Family<Verb, Histogram>,
     watches: Gauge,
+    inflight: Family<Kind, Gauge>,
+    dropped: Family<Kind, Counter>,
 }
 
 impl Default for ApiMetrics {
@@ -43,7 +59,11 @@ impl Default for ApiMetrics {
         registry.register("apiserver_request", "Requests by verb, resource and HTTP code", requests.clone());
         registry.register("apiserver_request_duration_seconds", "Request latency by verb (watches excluded)", latency.clone());
         registry.register("apiserver_watches", "Open watch streams", watches.clone());
-        Self { registry, requests, latency, watches }
+        let inflight = Family::<Kind, Gauge>::default();
+        let dropped = Family::<Kind, Counter>::default();
+        registry.register("apiserver_current_inflight_requests", "Requests being served, by kind (readOnly, mutating; long-running ones not counted)", inflight.clone());
+        registry.register("apiserver_dropped_requests", "Requests refused with 429 by the max-in-flight filter, by kind", dropped.clone());
+        Self { registry, requests, latency, watches, inflight, dropped }
     }
 }
 
@@ -54,6 +74,18 @@ impl ApiMetrics {
         if verb != "watch" {
             self.latency.get_or_create(&Verb { verb: verb.into() }).observe(elapsed.as_secs_f64());
         }
+    }
+
+    /// A request of `kind` (`readOnly`, `mutating`) being served, until the guard drops.
+    pub fn in_flight(&self, kind: &'static str) -> InflightGuard {
+        let g = self.inflight.get_or_create(&Kind { request_kind: kind }).clone();
+        g.inc();
+        InflightGuard(g)
+    }
+
+    /// A request of `kind` refused as too many.
+    pub fn dropped(&self, kind: &'static str) {
+        self.dropped.get_or_create(&Kind { request_kind: kind }).inc();
     }
 
     pub fn watch_opened(&self) {

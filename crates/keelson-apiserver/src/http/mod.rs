@@ -69,6 +69,10 @@ pub struct ApiServerConfig {
     pub initial_join_token: Option<(String, String)>,
     /// Keep this server's identity Lease (how clients' balancers find every server).
     pub identity: Option<crate::identity_lease::ServerIdentity>,
+    /// Read-only and mutating requests served at once before 429 (0: no limit); see
+    /// [`crate::inflight`].
+    pub max_requests_inflight: usize,
+    pub max_mutating_requests_inflight: usize,
 }
 
 /// Where the audit log goes and how it rotates.
@@ -98,6 +102,7 @@ pub(crate) struct ApiState {
     pub watch_cache: Arc<crate::watch_cache::WatchCache>,
     /// How this server reaches node agents (logs); `None` without the CA key.
     pub kubelet: Option<node_proxy::KubeletClient>,
+    pub inflight: crate::inflight::InflightLimits,
 }
 
 /// Longest a client's TLS handshake may take before its connection is dropped.
@@ -156,6 +161,7 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
                 None
             }
         }),
+        inflight: crate::inflight::InflightLimits::new(cfg.max_requests_inflight, cfg.max_mutating_requests_inflight),
     });
     if let Some(id) = cfg.identity.clone() {
         tokio::spawn(crate::identity_lease::keep(state.registry.clone(), id, shutdown.clone()));
@@ -305,6 +311,16 @@ async fn handle(state: Arc<ApiState>, identity: Option<Identity>, peer: String, 
         if let Some(c) = &caller {
             tracing::Span::current().record("user", c.user.name.as_str());
         }
+        let kind = crate::inflight::kind_of(&attrs);
+        let _slot = match state.inflight.admit(kind, caller.as_ref().map_or(&[][..], |c| &c.user.groups[..])) {
+            Ok(slot) => (slot, (kind != crate::inflight::RequestKind::LongRunning).then(|| state.metrics.in_flight(kind.label()))),
+            Err(e) => {
+                state.metrics.dropped(kind.label());
+                let mut resp = error_response(&e);
+                resp.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+                return resp;
+            }
+        };
         let started = std::time::Instant::now();
         let result = dispatch(&state, r, caller.as_ref(), req).await;
         let resp = match result {
