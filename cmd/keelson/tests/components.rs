@@ -49,10 +49,17 @@ async fn components_are_elected_and_move_when_their_server_dies_or_stops() {
 
     // Announced as Kubernetes does.
     let c1 = client(&cluster, "keelson-1").await;
+    // (Events are written by the recorder's sink, a moment after the term began.)
     let events: Api<Event> = Api::namespaced(c1.clone(), "kube-system");
-    let became: Vec<String> = events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|e| e.reason.as_deref() == Some("LeaderElection")).filter_map(|e| e.message).collect();
-    for (holder, _) in &first {
-        assert!(became.contains(&format!("{holder} became leader")), "no LeaderElection event for {holder}: {became:?}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let became: Vec<String> = events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|e| e.reason.as_deref() == Some("LeaderElection")).filter_map(|e| e.message).collect();
+        let missing: Vec<&String> = first.iter().map(|(h, _)| h).filter(|h| !became.contains(&format!("{h} became leader"))).collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no LeaderElection event for {missing:?}: {became:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // The components use their own identities, which RBAC allows to hold their Leases
     // (the audit log of the holding server names them).

@@ -118,8 +118,12 @@ async fn claims_are_bound_provisioned_and_reclaimed() {
         (v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")).then_some(()).ok_or(format!("{:?}", v.status))
     })
     .await;
-    let evs = events_of(&admin, "default", "data").await;
-    assert!(evs.contains(&format!("ProvisioningSucceeded Successfully provisioned volume {pv_name}")), "{evs:?}");
+    let want = format!("ProvisioningSucceeded Successfully provisioned volume {pv_name}");
+    eventually("the ProvisioningSucceeded event", Duration::from_secs(30), || async {
+        let evs = events_of(&admin, "default", "data").await;
+        evs.contains(&want).then_some(()).ok_or(format!("{evs:?}"))
+    })
+    .await;
 
     // Static volumes of a class without a provisioner: the smallest that fits is bound.
     for (name, size) in [("small", "1Gi"), ("medium", "5Gi"), ("large", "10Gi")] {
