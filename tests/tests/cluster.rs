@@ -257,7 +257,16 @@ async fn a_member_in_the_joint_phase_of_its_promotion_is_not_yet_listed_as_a_vot
     // A learner that never runs: nothing it would answer is needed below.
     let learner = 0x5ea7_u64;
     let node = keelson_raft::MemberNode { name: "keelson-never".into(), raft_addr: "127.0.0.1:9".into() };
-    raft.add_learner(learner, node, false).await.expect("add learner");
+    // The cluster's own joins may still be committing: a change in progress is refused
+    // for now, so ask again until none is.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match raft.add_learner(learner, node.clone(), false).await {
+            Ok(_) => break,
+            Err(e) if tokio::time::Instant::now() < deadline && format!("{e:?}").contains("InProgress") => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("add learner: {e:?}"),
+        }
+    }
     assert_eq!(voters(&replica), 3);
 
     // With both followers stopped, the joint config [{A, B, C}, {A, B, C, D}] is appended
