@@ -1,4 +1,4 @@
-//! `keelson up`, `status`, `member`, `kv`.
+//! `keelson up`, `member`, `kv`, and the servers a command talks to ([`Target`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use futures::StreamExt;
-use keelson_client::api::{MemberStatus, ReadConsistency, WatchCreate, WatchResponseKind};
+use keelson_client::api::{ReadConsistency, WatchCreate, WatchResponseKind};
 use keelson_client::StoreClient;
 use keelson_runner::{Cluster, ClusterSpec, Isolation, Manifest};
 use tokio_util::sync::CancellationToken;
@@ -33,7 +33,7 @@ pub struct UpArgs {
     base_port: u16,
 }
 
-pub async fn up(args: UpArgs) -> anyhow::Result<()> {
+pub async fn up(args: UpArgs, log: &crate::logging::LogArgs) -> anyhow::Result<()> {
     if args.servers == 0 || args.servers > 9 {
         bail!("--servers must be between 1 and 9 (3 or 5 for fault tolerance), got {}", args.servers);
     }
@@ -52,8 +52,9 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         binary: std::env::current_exe().context("locating the keelson binary")?,
         dir: args.data_dir.clone(),
         isolation,
-        server_args: vec![],
-        node_args: vec![],
+        // The servers and agents log as `up` was asked to.
+        server_args: log.to_argv(),
+        node_args: log.to_argv(),
         base_port: args.base_port,
     };
     let cluster = Cluster::start(spec, |msg| println!("keelson up: {msg}")).await?;
@@ -122,7 +123,8 @@ pub struct Target {
 }
 
 impl Target {
-    fn endpoints(&self) -> anyhow::Result<Vec<String>> {
+    /// The servers' store addresses: `--server`, else those of the cluster directory.
+    pub(crate) fn endpoints(&self) -> anyhow::Result<Vec<String>> {
         if let Some(s) = &self.server {
             return Ok(vec![s.clone()]);
         }
@@ -139,7 +141,7 @@ impl Target {
     }
 
     /// The admin identity for the servers' mutual TLS, if the PKI directory has one.
-    fn tls(&self) -> anyhow::Result<Option<keelson_client::PeerTls>> {
+    pub(crate) fn tls(&self) -> anyhow::Result<Option<keelson_client::PeerTls>> {
         let dir = match (&self.pki_dir, &self.cluster_dir, &self.server) {
             (Some(p), _, _) => p.clone(),
             (None, Some(c), _) => c.join("pki"),
@@ -149,9 +151,22 @@ impl Target {
         Ok(keelson_client::tls::admin_tls(&dir)?)
     }
 
+    /// The admin kubeconfig: `explicit`, else the cluster directory's (with `--server`
+    /// alone, `$KUBECONFIG` if set).
+    pub(crate) fn kubeconfig(&self, explicit: Option<&std::path::Path>) -> Option<PathBuf> {
+        if let Some(p) = explicit {
+            return Some(p.to_path_buf());
+        }
+        match (&self.cluster_dir, &self.server) {
+            (Some(dir), _) => Some(dir.join("kubeconfig")),
+            (None, Some(_)) => std::env::var_os("KUBECONFIG").map(PathBuf::from),
+            (None, None) => Some(PathBuf::from(DEFAULT_CLUSTER_DIR).join("kubeconfig")),
+        }
+    }
+
     /// A client over every server, starting at the first that answers (so a command
     /// works while some servers, the first listed included, are down).
-    async fn client(&self) -> anyhow::Result<StoreClient> {
+    pub(crate) async fn client(&self) -> anyhow::Result<StoreClient> {
         let endpoints = self.endpoints()?;
         let base = StoreClient::with_transport(&endpoints, self.tls()?.as_ref())?;
         for i in 0..endpoints.len() {
@@ -162,127 +177,6 @@ impl Target {
         }
         Ok(base)
     }
-}
-
-#[derive(Args)]
-pub struct StatusArgs {
-    #[command(flatten)]
-    target: Target,
-    /// Machine-readable output.
-    #[arg(long)]
-    json: bool,
-}
-
-pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
-    let client = args.target.client().await?;
-    let mut list = None;
-    for _ in 0..args.target.endpoints()?.len() {
-        match client.member_list().await {
-            Ok(l) => {
-                list = Some(l);
-                break;
-            }
-            Err(_) => client.rotate(),
-        }
-    }
-    let list = list.context("no server answered")?;
-    let mut rows: Vec<(u64, String, String, Result<MemberStatus, String>)> = Vec::new();
-    for m in &list.members {
-        let c = StoreClient::with_transport(&[m.addr.as_str()], args.target.tls()?.as_ref())?;
-        let st = tokio::time::timeout(Duration::from_secs(2), c.status()).await;
-        let st = match st {
-            Ok(Ok(s)) => Ok(s),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err("timed out".into()),
-        };
-        rows.push((m.id, m.name.clone(), m.addr.clone(), st));
-    }
-    let leader_last = rows
-        .iter()
-        .filter_map(|r| r.3.as_ref().ok())
-        .find(|s| s.role == "leader")
-        .map(|s| s.last_log_index);
-    if args.json {
-        let members: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|(id, name, addr, st)| match st {
-                Ok(s) => serde_json::json!({
-                    "id": format!("{id:x}"), "name": name, "addr": addr, "reachable": true,
-                    "role": s.role, "term": s.term, "leader": s.leader.map(|l| format!("{l:x}")),
-                    "last_log_index": s.last_log_index, "committed_index": s.committed_index,
-                    "applied_index": s.applied_index, "snapshot_index": s.snapshot_index,
-                    "purged_index": s.purged_index,
-                    "lag": leader_last.map(|l| l.saturating_sub(s.applied_index)),
-                    "revision": s.revision, "compacted_revision": s.compacted_revision,
-                }),
-                Err(e) => serde_json::json!({"id": format!("{id:x}"), "name": name, "addr": addr, "reachable": false, "error": e}),
-            })
-            .collect();
-        let leases: Vec<serde_json::Value> = component_leases(&client).await.into_iter().map(|l| serde_json::json!({
-            "name": l.name, "holder": l.holder, "transitions": l.transitions, "renewTime": l.renew_time,
-        })).collect();
-        let out = serde_json::json!({"leader": list.leader.map(|l| format!("{l:x}")), "members": members, "leases": leases});
-        println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(());
-    }
-    println!(
-        "{:<16} {:<10} {:<21} {:<9} {:>5} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}",
-        "ID", "NAME", "ADDRESS", "ROLE", "TERM", "LAST-LOG", "COMMIT", "APPLIED", "LAG", "REVISION", "COMPACTED"
-    );
-    for (id, name, addr, st) in rows {
-        match st {
-            Ok(s) => println!(
-                "{:<16x} {:<10} {:<21} {:<9} {:>5} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}",
-                id,
-                name,
-                addr,
-                s.role,
-                s.term,
-                s.last_log_index,
-                s.committed_index,
-                s.applied_index,
-                leader_last.map(|l| l.saturating_sub(s.applied_index).to_string()).unwrap_or("?".into()),
-                s.revision,
-                s.compacted_revision
-            ),
-            Err(e) => println!("{id:<16x} {name:<10} {addr:<21} unreachable: {e}"),
-        }
-    }
-    let leases = component_leases(&client).await;
-    if !leases.is_empty() {
-        println!();
-        println!("{:<24} {:<48} {:>11} RENEWED", "LEASE", "HOLDER", "TRANSITIONS");
-        for l in leases {
-            println!("{:<24} {:<48} {:>11} {}", l.name, if l.holder.is_empty() { "<none>" } else { &l.holder }, l.transitions, l.renew_time);
-        }
-    }
-    Ok(())
-}
-
-/// A control-plane component's Lease as stored.
-struct ComponentLease {
-    name: String,
-    holder: String,
-    transitions: i64,
-    renew_time: String,
-}
-
-/// The scheduler's and controller manager's Leases (`kube-system`), read from the store.
-async fn component_leases(client: &StoreClient) -> Vec<ComponentLease> {
-    let mut out = Vec::new();
-    for name in ["kube-scheduler", "kube-controller-manager"] {
-        let key = format!("/registry/coordination.k8s.io/leases/kube-system/{name}");
-        let Ok(reply) = client.get(key.as_bytes()).await else { continue };
-        let Some(kv) = reply.response.kvs.first() else { continue };
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&kv.value) else { continue };
-        out.push(ComponentLease {
-            name: name.into(),
-            holder: v.pointer("/spec/holderIdentity").and_then(|h| h.as_str()).unwrap_or("").into(),
-            transitions: v.pointer("/spec/leaseTransitions").and_then(|t| t.as_i64()).unwrap_or(0),
-            renew_time: v.pointer("/spec/renewTime").and_then(|t| t.as_str()).unwrap_or("").into(),
-        });
-    }
-    out
 }
 
 #[derive(Subcommand)]

@@ -6,6 +6,8 @@ mod cli_cluster;
 mod cli_hollow;
 mod cli_server;
 mod components;
+mod logging;
+mod status;
 
 use clap::{Parser, Subcommand};
 
@@ -14,6 +16,8 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
+    #[command(flatten)]
+    log: logging::LogArgs,
 }
 
 #[derive(Subcommand)]
@@ -22,8 +26,9 @@ enum Cmd {
     Server(cli_server::ServerArgs),
     /// Run a whole local cluster of server processes in the foreground.
     Up(cli_cluster::UpArgs),
-    /// Show the cluster's members, leader, terms and log positions.
-    Status(cli_cluster::StatusArgs),
+    /// The cluster at a glance: Raft members and their lag, each server's API health, the
+    /// components' lease holders, the nodes.
+    Status(status::StatusArgs),
     /// List, add or remove cluster members.
     #[command(subcommand)]
     Member(cli_cluster::MemberCmd),
@@ -74,29 +79,27 @@ enum BenchCmd {
     Ingress(keelson_bench::IngressBenchArgs),
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("KEELSON_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn,h2=warn,tower=warn"));
-    use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
+impl Cmd {
+    /// Commands that run until stopped log at `info` by default; one-shot commands only
+    /// when `--log-level` (or `KEELSON_LOG`) asks.
+    fn default_log_filter(&self) -> Option<&'static str> {
+        match self {
+            Cmd::Server(_) | Cmd::Up(_) | Cmd::Agent(_) | Cmd::HollowNodes(_) => Some(logging::DEFAULT_FILTER),
+            _ => None,
+        }
+    }
 }
 
 fn main() -> anyhow::Result<()> {
     // One TLS crypto provider for the API server and kube-rs clients.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
+    logging::init(&cli.log, cli.command.default_log_filter())?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
-        Cmd::Server(args) => {
-            init_tracing();
-            rt.block_on(cli_server::run(args))
-        }
-        Cmd::Up(args) => rt.block_on(cli_cluster::up(args)),
-        Cmd::Status(args) => rt.block_on(cli_cluster::status(args)),
+        Cmd::Server(args) => rt.block_on(cli_server::run(args)),
+        Cmd::Up(args) => rt.block_on(cli_cluster::up(args, &cli.log)),
+        Cmd::Status(args) => rt.block_on(status::run(args)),
         Cmd::Member(cmd) => rt.block_on(cli_cluster::member(cmd)),
         Cmd::Kv(cmd) => rt.block_on(cli_cluster::kv(cmd)),
         Cmd::Bench(BenchCmd::Store(args)) => rt.block_on(keelson_bench::run_store_bench(args)),
@@ -110,10 +113,25 @@ fn main() -> anyhow::Result<()> {
         Cmd::Token(cmd) => rt.block_on(cli_admin::token(cmd)),
         Cmd::Certs(CertsCmd::Check(args)) => cli_admin::certs_check(args),
         Cmd::HollowNodes(args) => rt.block_on(cli_hollow::run(args)),
-        Cmd::Agent(args) => {
-            init_tracing();
-            rt.block_on(cli_agent::agent(args))
-        }
+        Cmd::Agent(args) => rt.block_on(cli_agent::agent(args)),
         Cmd::Image(cmd) => rt.block_on(cli_agent::image(cmd)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_flags_are_global() {
+        let cli = Cli::try_parse_from(["keelson", "status", "--json", "--log-format", "json", "--log-level", "info,keelson_raft=debug"]).unwrap();
+        assert_eq!(cli.log.log_format, logging::LogFormat::Json);
+        assert_eq!(cli.log.log_level.as_deref(), Some("info,keelson_raft=debug"));
+        assert!(cli.command.default_log_filter().is_none(), "status is one-shot");
+        let cli = Cli::try_parse_from(["keelson", "--log-format", "text", "hollow-nodes", "--kubeconfig", "k"]).unwrap();
+        assert_eq!(cli.log.log_format, logging::LogFormat::Text);
+        assert!(cli.command.default_log_filter().is_some());
+        assert!(Cli::try_parse_from(["keelson", "server", "--log-format", "xml"]).is_err());
+        assert!(Cli::try_parse_from(["keelson", "server", "--log-level", "info,keelson_raft=loud"]).is_err());
     }
 }

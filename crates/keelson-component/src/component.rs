@@ -24,6 +24,6 @@ where
             return;
         }
     };
-    let span = tracing::info_span!("component", name = spec.name);
+    let span = tracing::info_span!("component", component = spec.name);
     tracing::Instrument::instrument(elector.run(shutdown, work), span).await;
 }

@@ -43,10 +43,10 @@ impl DenialReporter {
     pub async fn report(&self, message: &str) {
         let first = self.seen.lock().expect("denials lock").insert(message.to_string());
         if !first {
-            tracing::debug!(component = %self.component, %message, "denied again");
+            tracing::debug!(component = %self.component, denial = %message, "denied again");
             return;
         }
-        tracing::error!(component = %self.component, %message, "the API server denied a request of this component; its RBAC role does not allow it");
+        tracing::error!(component = %self.component, denial = %message, "the API server denied a request of this component; its RBAC role does not allow it");
         let note = format!("{} was denied a request: {message}", self.component);
         let lease = k8s_openapi::api::core::v1::ObjectReference {
             api_version: Some("coordination.k8s.io/v1".into()),

@@ -66,7 +66,7 @@ impl Reporter {
                 let ev = problem_event(p, uid, &self.instance, jiff::Timestamp::now());
                 let api: Api<Event> = Api::namespaced(self.client.clone(), &p.namespace);
                 match api.create(&PostParams::default(), &ev).await {
-                    Ok(_) => tracing::info!(ingress = %format!("{}/{}", p.namespace, p.ingress), reason = p.reason, message = %p.message, "ingress problem"),
+                    Ok(_) => tracing::info!(ingress = %format!("{}/{}", p.namespace, p.ingress), reason = p.reason, detail = %p.message, "ingress problem"),
                     Err(kube::Error::Api(s)) if s.code == 409 => {}
                     Err(e) => {
                         tracing::debug!(error = %e, "could not record an ingress Event; will try again");

@@ -201,7 +201,7 @@ impl RaftNetworkV2<KeelsonRaft> for GrpcPeer {
         match self.client()?.pre_vote(req).await {
             Ok(resp) => decode_reply("pre-vote reply", resp.get_ref()),
             Err(s) if s.code() == tonic::Code::Unimplemented => {
-                tracing::debug!(target = self.target, "peer has no PreVote RPC (older server); counted as granting");
+                tracing::debug!(peer = self.target, "peer has no PreVote RPC (older server); counted as granting");
                 Ok(pre_vote_granted_by_default(rpc))
             }
             Err(s) => Err(status_to_rpc(self.target, s)),

@@ -78,7 +78,7 @@ pub(crate) async fn sync(ctx: Arc<Ctx>, key: String) -> Result<Option<Duration>,
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
         // An eviction or an edit got in first: its watch event brings the budget back.
         Err(kube::Error::Api(s)) if s.code == 409 => {
-            tracing::debug!(budget = %key, message = %s.message, "budget changed under the sync");
+            tracing::debug!(budget = %key, detail = %s.message, "budget changed under the sync");
             Ok(None)
         }
         Err(e) => Err(SyncError::from_kube(e)),
