@@ -36,7 +36,7 @@ pub struct LogArgs {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// Which events to log, per module, in `RUST_LOG` syntax: `warn`,
-    /// `info,keelson_raft=debug` (default for servers, agents and `up`: info, with
+    /// `info,keelson_raft=debug` (default for server, agent, up and hollow-nodes: info, with
     /// openraft, h2 and tower at warn; one-shot commands log nothing unless asked).
     #[arg(long, global = true, env = "KEELSON_LOG", value_parser = parse_filter)]
     pub log_level: Option<String>,
@@ -79,7 +79,9 @@ pub fn init(args: &LogArgs, default: Option<&str>) -> anyhow::Result<()> {
     let Some(filter) = args.log_level.as_deref().or(default) else { return Ok(()) };
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal();
-    tracing::subscriber::set_global_default(subscriber(args.log_format, filter, ansi, std::io::stderr))?;
+    // `try_init` also routes the `log` crate's records (some dependencies') into tracing.
+    use tracing_subscriber::util::SubscriberInitExt;
+    subscriber(args.log_format, filter, ansi, std::io::stderr).try_init()?;
     Ok(())
 }
 

@@ -76,7 +76,8 @@ fn healthy_whole(st: &Value) -> Result<(), String> {
     let leases = st["leases"].as_array().ok_or("no leases")?;
     for name in ["kube-scheduler", "kube-controller-manager"] {
         let l = leases.iter().find(|l| l["name"] == name).ok_or(format!("no lease {name}"))?;
-        if !l["holder"].as_str().is_some_and(|h| server_of(h).is_some_and(|s| s < 3)) {
+        let held_by_a_server = l["holder"].as_str().and_then(server_of).is_some_and(|s| s < 3);
+        if !held_by_a_server {
             return Err(format!("lease {name} has no server holder: {l}"));
         }
     }
