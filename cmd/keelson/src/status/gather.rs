@@ -154,14 +154,20 @@ async fn nodes(client: &kube::Client) -> Result<Vec<NodeStatus>, String> {
         Ok(Err(e)) => return Err(format!("listing nodes and pods: {e}")),
         Err(_) => return Err(format!("listing nodes and pods: no answer within {LIST_TIMEOUT:?}")),
     };
+    let bound = unfinished_pods_per_node(&pods.items);
+    Ok(nodes.items.iter().map(|n| node_status(n, &bound)).collect())
+}
+
+/// How many pods that have not finished are bound to each node.
+fn unfinished_pods_per_node(pods: &[Pod]) -> BTreeMap<String, usize> {
     let mut bound: BTreeMap<String, usize> = BTreeMap::new();
-    for pod in &pods.items {
+    for pod in pods {
         let finished = matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
         if let (false, Some(node)) = (finished, pod.spec.as_ref().and_then(|s| s.node_name.clone())) {
             *bound.entry(node).or_default() += 1;
         }
     }
-    Ok(nodes.items.iter().map(|n| node_status(n, &bound)).collect())
+    bound
 }
 
 fn node_status(node: &Node, bound: &BTreeMap<String, usize>) -> NodeStatus {
@@ -191,5 +197,45 @@ fn node_status(node: &Node, bound: &BTreeMap<String, usize>) -> NodeStatus {
         ready,
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         taints,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(node: Option<&str>, phase: &str) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"nodeName": node, "containers": []}, "status": {"phase": phase}})).unwrap()
+    }
+
+    #[test]
+    fn pods_count_on_their_node_until_they_finish() {
+        let pods = [pod(Some("a"), "Running"), pod(Some("a"), "Pending"), pod(Some("a"), "Succeeded"), pod(Some("b"), "Failed"), pod(None, "Pending")];
+        assert_eq!(unfinished_pods_per_node(&pods), BTreeMap::from([("a".to_string(), 2)]));
+    }
+
+    #[test]
+    fn a_node_reads_ready_cordon_and_taints() {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1"},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+                {"key": "dedicated", "value": "db", "effect": "NoSchedule"},
+            ]},
+            "status": {"conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "Unknown"}]},
+        }))
+        .unwrap();
+        let bound = BTreeMap::from([("n1".to_string(), 4)]);
+        let want = NodeStatus {
+            name: "n1".into(),
+            ready: "Unknown".into(),
+            pods: 4,
+            unschedulable: true,
+            taints: vec!["node.kubernetes.io/unreachable:NoExecute".into(), "dedicated=db:NoSchedule".into()],
+        };
+        assert_eq!(node_status(&node, &bound), want);
+        let bare: Node = serde_json::from_value(json!({"metadata": {"name": "n2"}})).unwrap();
+        assert_eq!(node_status(&bare, &bound), NodeStatus { name: "n2".into(), ready: "Unknown".into(), pods: 0, unschedulable: false, taints: vec![] });
     }
 }
