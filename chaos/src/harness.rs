@@ -12,6 +12,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use crate::netfaults;
+use crate::node_partition::NodeCuts;
 use crate::partition::{self, Blocked};
 use crate::{ChaosError, Fault, HarnessSpec, NemesisEvent, Target};
 
@@ -23,13 +24,15 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(1);
 /// Dropping it without [`Harness::shutdown`] kills the servers and deletes the
 /// namespaces synchronously (best effort; the runner's `Drop`).
 pub struct Harness {
-    cluster: Cluster,
+    pub(crate) cluster: Cluster,
     started: Instant,
     blocked: Blocked,
+    /// What each node is cut off from.
+    pub(crate) node_cuts: NodeCuts,
     latency: Option<u32>,
     /// `Err(why)` when `tc … netem` does not work.
     netem: Result<(), String>,
-    rng: StdRng,
+    pub(crate) rng: StdRng,
     events: Vec<NemesisEvent>,
     log: Option<File>,
 }
@@ -47,12 +50,12 @@ impl Harness {
         let cluster = Cluster::start(
             ClusterSpec {
                 servers: spec.servers,
-                nodes: 0,
+                nodes: spec.nodes,
                 binary: spec.binary.clone(),
                 dir: spec.dir.clone(),
                 isolation: spec.isolation,
                 server_args: spec.server_args.clone(),
-                node_args: Vec::new(),
+                node_args: spec.node_args.clone(),
                 base_port: 0,
             },
             |m| eprintln!("[keelson-chaos] {m}"),
@@ -73,12 +76,19 @@ impl Harness {
         };
         loud(
             cluster.run_id(),
-            &format!("cluster of {} ready in {:.1?}: {}", spec.servers, started.elapsed(), cluster.endpoints().join(", ")),
+            &format!(
+                "cluster of {} servers and {} nodes ready in {:.1?}: {}",
+                spec.servers,
+                spec.nodes,
+                started.elapsed(),
+                cluster.endpoints().join(", ")
+            ),
         );
         Ok(Harness {
             cluster,
             started,
             blocked: Blocked::new(),
+            node_cuts: NodeCuts::new(),
             latency: None,
             netem,
             rng: StdRng::seed_from_u64(spec.seed),
@@ -108,6 +118,9 @@ impl Harness {
                 | Fault::OneWayLoss { .. }
                 | Fault::Latency { .. }
         );
+        if let Some(why) = self.node_fault_unsupported(f) {
+            return Some(why);
+        }
         if needs_netns && self.cluster.isolation() != Isolation::Netns {
             return Some(format!(
                 "{f:?} needs network namespaces (Isolation::Netns, root); this harness runs in Loopback mode"
@@ -172,6 +185,7 @@ impl Harness {
         match t {
             Target::Node(i) => self.check_index(i).map(|_| i),
             Target::Leader => self.cluster.leader().await.ok_or_else(|| ChaosError::not_ready("no leader to target")),
+            Target::Holder => Err(ChaosError::not_ready("no holder named: the workload's nemesis did not retarget this fault")),
             Target::Random => {
                 let candidates: Vec<usize> = (0..self.cluster.server_count()).filter(|&i| eligible(&self.cluster, i)).collect();
                 candidates
@@ -266,7 +280,8 @@ impl Harness {
                         restarted.push(i);
                     }
                 }
-                Ok((format!("heal all ({net}; resumed {}; restarted {})", names(&resumed), names(&restarted)), None))
+                let nodes = self.heal_nodes().await?;
+                Ok((format!("heal all ({net}; resumed {}; restarted {}{nodes})", names(&resumed), names(&restarted)), None))
             }
             Fault::RollingRestart => {
                 for i in 0..n {
@@ -281,6 +296,12 @@ impl Harness {
                 let (old, new) = self.remove_and_readd(i).await?;
                 Ok((format!("remove and re-add n{i} (member id {old:x} -> {new:x}, voter again)"), Some(i)))
             }
+            Fault::NodeKill(_)
+            | Fault::NodeRestart(_)
+            | Fault::NodePause(_)
+            | Fault::NodeResume(_)
+            | Fault::NodeIsolate(_)
+            | Fault::NodeSplitFromNodes(_) => self.apply_node_fault(f).await,
         }
     }
 
@@ -308,9 +329,10 @@ impl Harness {
         if self.cluster.isolation() != Isolation::Netns {
             return Ok("nothing to heal in Loopback mode".into());
         }
-        let cuts = self.blocked.len();
+        let cuts = self.blocked.len() + self.node_cuts.len();
         self.blocked.clear();
         self.load_rules().await?;
+        self.clear_node_cuts().await?;
         if let Some(ms) = self.latency.take() {
             for ns in self.server_namespaces() {
                 netfaults::clear_latency(&ns).await?;
@@ -391,6 +413,7 @@ fn describe(f: &Fault) -> String {
         Target::Node(i) => format!("n{i}"),
         Target::Leader => "the leader".into(),
         Target::Random => "a random server".into(),
+        Target::Holder => "the holder's server".into(),
     };
     match f {
         Fault::Kill(x) => format!("kill {}", t(x)),
@@ -406,5 +429,18 @@ fn describe(f: &Fault) -> String {
         Fault::HealAll => "heal all".into(),
         Fault::RollingRestart => "rolling restart".into(),
         Fault::RemoveAndReadd(x) => format!("remove and re-add {}", t(x)),
+        Fault::NodeKill(x) => format!("power off {}", node_target(x)),
+        Fault::NodeRestart(k) => format!("restart node-{}", k + 1),
+        Fault::NodePause(x) => format!("freeze {}", node_target(x)),
+        Fault::NodeResume(k) => format!("resume node-{}", k + 1),
+        Fault::NodeIsolate(x) => format!("isolate {} from the servers", node_target(x)),
+        Fault::NodeSplitFromNodes(x) => format!("isolate {} from the other nodes", node_target(x)),
+    }
+}
+
+fn node_target(t: &crate::NodeTarget) -> String {
+    match t {
+        crate::NodeTarget::Node(k) => format!("node-{}", k + 1),
+        crate::NodeTarget::Random => "a random node".into(),
     }
 }

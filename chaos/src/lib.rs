@@ -1,10 +1,12 @@
 //! `keelson-chaos`: the nemesis over a cluster of real `keelson server` processes that
 //! `keelson-runner` runs.
 //!
-//! [`Harness::start`] has the runner start `spec.servers` servers and returns once every
-//! one is a voter and they agree on a leader. [`Harness::apply`] injects one [`Fault`]
-//! (kill, pause, partition, one-way loss, latency, rolling restart, remove-and-re-add) or
-//! heals, logs it with timestamps to stderr and `DIR/nemesis.log`, and records a
+//! [`Harness::start`] has the runner start `spec.servers` servers (and `spec.nodes` nodes:
+//! `keelson agent` with its containerd, each in a namespace of its own) and returns once
+//! every server is a voter, they agree on a leader and every node is Ready.
+//! [`Harness::apply`] injects one [`Fault`] (kill, pause, partition, one-way loss, latency,
+//! rolling restart, remove-and-re-add of servers; power loss, freeze and partitions of
+//! nodes) or heals, logs it with timestamps to stderr and `DIR/nemesis.log`, and records a
 //! [`NemesisEvent`]. [`run_nemesis`] runs a seeded fault/heal schedule until cancelled.
 //!
 //! What is the harness's own: the faults and heals, partitions as nftables tables
@@ -22,6 +24,8 @@ mod error;
 mod harness;
 mod nemesis;
 mod netfaults;
+mod node_faults;
+pub mod node_partition;
 pub mod partition;
 
 pub use error::ChaosError;
@@ -34,6 +38,11 @@ pub use nemesis::{plan_fault, run_nemesis, run_nemesis_retargeted, HealStep, Pla
 pub struct HarnessSpec {
     /// Number of servers (1 or more; partitions need 2 or more, split/bridge 3 or more).
     pub servers: usize,
+    /// Number of nodes (each a `keelson agent` with its containerd; needs network
+    /// namespaces, so root).
+    pub nodes: usize,
+    /// Extra arguments for every `keelson agent`.
+    pub node_args: Vec<String>,
     /// The `keelson` binary.
     pub binary: PathBuf,
     /// Directory for data directories, server logs and `nemesis.log` (created).
@@ -54,6 +63,19 @@ pub enum Target {
     /// term); the fault fails with a not-ready [`ChaosError::Runner`] when there is none.
     Leader,
     /// A server chosen with the harness's seeded RNG among those the fault can hit.
+    Random,
+    /// The server a workload names as holding what it watches (a component's Lease). The
+    /// harness cannot know it: a workload's nemesis retargets it to `Node(i)`
+    /// ([`run_nemesis_retargeted`]); left unresolved the fault fails, not ready.
+    Holder,
+}
+
+/// Which node a node fault hits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NodeTarget {
+    /// Node k (0-based among the nodes, `node-{k+1}`).
+    Node(usize),
+    /// A node chosen with the harness's seeded RNG among those the fault can hit.
     Random,
 }
 
@@ -90,6 +112,22 @@ pub enum Fault {
     /// Removes the member via the cluster API, wipes its data directory, starts it again
     /// with `--join` and waits until it is a voter again.
     RemoveAndReadd(Target),
+    /// The node loses power: its agent, containerd and every container die, its mounts
+    /// and runtime state go (`Cluster::power_off`); it stays down until `NodeRestart` or
+    /// `HealAll`.
+    NodeKill(NodeTarget),
+    /// Boots node k again from its data directory (as a rebooted machine).
+    NodeRestart(usize),
+    /// Freezes the node whole: agent, containerd and containers (SIGSTOP).
+    NodePause(NodeTarget),
+    /// Thaws node k.
+    NodeResume(usize),
+    /// The node is cut off from every server: its pods keep running, the control plane
+    /// stops hearing it. Healed by `HealNetwork`.
+    NodeIsolate(NodeTarget),
+    /// The node is cut off from the other nodes and their pods only. Healed by
+    /// `HealNetwork`.
+    NodeSplitFromNodes(NodeTarget),
 }
 
 /// One fault or heal as it happened.
@@ -120,4 +158,14 @@ pub enum NemesisFamily {
     Membership,
     /// Latency of 50..=200 ms, healed by HealNetwork.
     Latency,
+    /// NodeKill(Random), healed by NodeRestart.
+    NodeKill,
+    /// NodePause(Random), healed by NodeResume.
+    NodePause,
+    /// NodeIsolate(Random) or (with 2 or more nodes) NodeSplitFromNodes(Random), healed by
+    /// HealNetwork.
+    NodePartition,
+    /// Kill(Holder): the server holding a component's Lease, as the workload's retarget
+    /// says; healed by Restart.
+    LeaseKill,
 }

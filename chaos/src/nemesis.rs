@@ -9,7 +9,7 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Fault, Harness, NemesisEvent, NemesisFamily, Target};
+use crate::{Fault, Harness, NemesisEvent, NemesisFamily, NodeTarget, Target};
 
 /// How a planned fault is undone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,6 +18,10 @@ pub enum HealStep {
     Restart,
     /// `Resume` the server the fault hit.
     Resume,
+    /// `NodeRestart` the node the fault hit.
+    NodeRestart,
+    /// `NodeResume` the node the fault hit.
+    NodeResume,
     HealNetwork,
     /// The fault heals itself (membership changes).
     Nothing,
@@ -35,7 +39,9 @@ pub struct Plan {
 ///
 /// Kill → `Kill(Random | Leader)` (50/50), Pause → `Pause(Random | Leader)`, Partition →
 /// one of `IsolateNode(Leader)`, `SplitHalves`, `Bridge`, `OneWayLoss` (random distinct
-/// pair), Membership → `RemoveAndReadd(Random)`, Latency → `Latency { 50..=200 ms }`.
+/// pair), Membership → `RemoveAndReadd(Random)`, Latency → `Latency { 50..=200 ms }`,
+/// NodeKill → `NodeKill(Random)`, NodePause → `NodePause(Random)`, NodePartition →
+/// `NodeIsolate(Random)` or `NodeSplitFromNodes(Random)`, LeaseKill → `Kill(Holder)`.
 pub fn plan_fault(
     family: NemesisFamily,
     servers: usize,
@@ -61,6 +67,14 @@ pub fn plan_fault(
         NemesisFamily::Latency => {
             Plan { fault: Fault::Latency { millis: rng.gen_range(50..=200) }, heal: HealStep::HealNetwork }
         }
+        NemesisFamily::NodeKill => Plan { fault: Fault::NodeKill(NodeTarget::Random), heal: HealStep::NodeRestart },
+        NemesisFamily::NodePause => Plan { fault: Fault::NodePause(NodeTarget::Random), heal: HealStep::NodeResume },
+        NemesisFamily::NodePartition => {
+            let mut kinds = vec![Fault::NodeIsolate(NodeTarget::Random), Fault::NodeSplitFromNodes(NodeTarget::Random)];
+            kinds.retain(|f| supported(f));
+            Plan { fault: kinds.choose(rng)?.clone(), heal: HealStep::HealNetwork }
+        }
+        NemesisFamily::LeaseKill => Plan { fault: Fault::Kill(Target::Holder), heal: HealStep::Restart },
     };
     supported(&plan.fault).then_some(plan)
 }
@@ -78,6 +92,12 @@ pub(crate) fn family_usable(family: NemesisFamily, servers: usize, supported: &d
         ],
         NemesisFamily::Membership => vec![Fault::RemoveAndReadd(Target::Random)],
         NemesisFamily::Latency => vec![Fault::Latency { millis: 100 }],
+        NemesisFamily::NodeKill => vec![Fault::NodeKill(NodeTarget::Random)],
+        NemesisFamily::NodePause => vec![Fault::NodePause(NodeTarget::Random)],
+        NemesisFamily::NodePartition => {
+            vec![Fault::NodeIsolate(NodeTarget::Random), Fault::NodeSplitFromNodes(NodeTarget::Random)]
+        }
+        NemesisFamily::LeaseKill => vec![Fault::Kill(Target::Holder)],
     };
     kinds.iter().any(supported)
 }
@@ -168,6 +188,8 @@ pub async fn run_nemesis_retargeted(
         let heal = match plan.heal {
             HealStep::Restart if ok => target.map(Fault::Restart),
             HealStep::Resume if ok => target.map(Fault::Resume),
+            HealStep::NodeRestart if ok => target.map(Fault::NodeRestart),
+            HealStep::NodeResume if ok => target.map(Fault::NodeResume),
             // A partition that failed half-way may still have cut something.
             HealStep::HealNetwork => Some(Fault::HealNetwork),
             _ => None,
@@ -274,5 +296,33 @@ mod tests {
             draw(NemesisFamily::Membership, 9, 1, &all)[0],
             Some(Plan { fault: Fault::RemoveAndReadd(Target::Random), heal: HealStep::Nothing })
         );
+    }
+
+    #[test]
+    fn node_families_hit_random_nodes_and_heal_the_same_node() {
+        for p in draw(NemesisFamily::NodeKill, 4, 20, &all) {
+            assert_eq!(p, Some(Plan { fault: Fault::NodeKill(NodeTarget::Random), heal: HealStep::NodeRestart }));
+        }
+        for p in draw(NemesisFamily::NodePause, 4, 20, &all) {
+            assert_eq!(p, Some(Plan { fault: Fault::NodePause(NodeTarget::Random), heal: HealStep::NodeResume }));
+        }
+        let parts = draw(NemesisFamily::NodePartition, 4, 100, &all);
+        assert!(parts.iter().flatten().all(|p| p.heal == HealStep::HealNetwork));
+        assert!(parts.iter().flatten().any(|p| p.fault == Fault::NodeIsolate(NodeTarget::Random)));
+        assert!(parts.iter().flatten().any(|p| p.fault == Fault::NodeSplitFromNodes(NodeTarget::Random)));
+        // One node: it can only be cut from the servers.
+        let one_node = |f: &Fault| !matches!(f, Fault::NodeSplitFromNodes(_));
+        assert!(draw(NemesisFamily::NodePartition, 4, 20, &one_node)
+            .iter()
+            .all(|p| p.as_ref().is_some_and(|p| p.fault == Fault::NodeIsolate(NodeTarget::Random))));
+        assert_eq!(
+            draw(NemesisFamily::LeaseKill, 4, 1, &all)[0],
+            Some(Plan { fault: Fault::Kill(Target::Holder), heal: HealStep::Restart })
+        );
+        let no_nodes = |f: &Fault| {
+            !matches!(f, Fault::NodeKill(_) | Fault::NodePause(_) | Fault::NodeIsolate(_) | Fault::NodeSplitFromNodes(_))
+        };
+        assert!(!family_usable(NemesisFamily::NodeKill, 3, &no_nodes));
+        assert!(!family_usable(NemesisFamily::NodePartition, 3, &no_nodes));
     }
 }

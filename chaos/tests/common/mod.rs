@@ -40,7 +40,7 @@ pub fn is_root() -> bool {
 }
 
 pub fn spec(servers: usize, dir: &Path, isolation: Isolation, seed: u64) -> HarnessSpec {
-    HarnessSpec { servers, binary: keelson_bin(), dir: dir.to_path_buf(), isolation, server_args: vec![], seed }
+    HarnessSpec { servers, nodes: 0, node_args: vec![], binary: keelson_bin(), dir: dir.to_path_buf(), isolation, server_args: vec![], seed }
 }
 
 /// Puts through `endpoints` (retrying for ≤ `timeout` on failures, e.g. during elections).

@@ -259,7 +259,7 @@ fn kill_namespace_processes(ns: &str) {
 /// Kills what a node left behind in `dir` (processes whose command line names it or whose
 /// root lies in it: containerd, shims, containers) and unmounts its mounts, deepest
 /// first. Returns what failed.
-fn remove_node_leftovers(dir: &Path) -> Vec<String> {
+pub(crate) fn remove_node_leftovers(dir: &Path) -> Vec<String> {
     let mut problems = Vec::new();
     let needle = dir.display().to_string();
     if needle.len() < 2 {
@@ -288,16 +288,23 @@ fn remove_node_leftovers(dir: &Path) -> Vec<String> {
     problems
 }
 
-/// Processes (not this one) whose command line mentions `dir` or whose root is inside it.
-fn processes_in(dir: &Path) -> Vec<u32> {
+/// Processes (not this one) whose command line mentions `dir` or whose root is inside it,
+/// and all their descendants: a node's containers run in mount namespaces of their own
+/// (their root reads as `/`) as children of shims whose command line names the node's
+/// containerd socket.
+pub(crate) fn processes_in(dir: &Path) -> Vec<u32> {
     let needle = dir.display().to_string();
     let me = std::process::id();
     let mut out = Vec::new();
+    let mut parents: Vec<(u32, u32)> = Vec::new();
     let Ok(entries) = std::fs::read_dir("/proc") else { return out };
     for e in entries.flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
         if pid == me || !cmd::alive(pid) {
             continue;
+        }
+        if let Some(ppid) = std::fs::read_to_string(e.path().join("stat")).ok().as_deref().and_then(parent_of) {
+            parents.push((pid, ppid));
         }
         let cmdline = std::fs::read(e.path().join("cmdline")).map(|raw| String::from_utf8_lossy(&raw).replace('\0', " ")).unwrap_or_default();
         let rooted = std::fs::read_link(e.path().join("root")).is_ok_and(|r| r.starts_with(dir));
@@ -305,7 +312,30 @@ fn processes_in(dir: &Path) -> Vec<u32> {
             out.push(pid);
         }
     }
-    out
+    with_descendants(out, &parents).into_iter().filter(|&p| p != me).collect()
+}
+
+/// The parent pid from a `/proc/<pid>/stat` line (the command name may hold spaces and
+/// parentheses: the fields after the last `)` are `state ppid …`).
+fn parent_of(stat: &str) -> Option<u32> {
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `roots` and every process below them in `parents` (`(pid, ppid)` pairs), roots first.
+fn with_descendants(roots: Vec<u32>, parents: &[(u32, u32)]) -> Vec<u32> {
+    let mut all = roots;
+    let mut seen: BTreeSet<u32> = all.iter().copied().collect();
+    let mut i = 0;
+    while i < all.len() {
+        let p = all[i];
+        for &(child, _) in parents.iter().filter(|(_, pp)| *pp == p) {
+            if seen.insert(child) {
+                all.push(child);
+            }
+        }
+        i += 1;
+    }
+    all
 }
 
 /// Run ids whose owner file names a live process (same pid and start time), and the
@@ -409,6 +439,17 @@ pub fn cleanup_stale() -> Result<usize, RunnerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn descendants_of_a_nodes_processes_are_its_processes_too() {
+        assert_eq!(parent_of("42 (containerd-shim) S 7 42 7 0"), Some(7));
+        assert_eq!(parent_of("43 (a (b) c) R 42 1"), Some(42));
+        assert_eq!(parent_of("garbage"), None);
+        // 10 is a shim; 11 its container's init, 12 a process of it; 20 unrelated.
+        let parents = [(10, 1), (11, 10), (12, 11), (20, 1), (21, 20)];
+        assert_eq!(with_descendants(vec![10], &parents), vec![10, 11, 12]);
+        assert_eq!(with_descendants(vec![], &parents), Vec::<u32>::new());
+    }
 
     #[test]
     fn owner_files_record_members_and_node_dirs() {

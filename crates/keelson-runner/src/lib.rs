@@ -6,7 +6,9 @@
 //! others one by one with `--join`) and returns once every one is a voter, they agree on a
 //! leader and serve the Kubernetes API; then `spec.nodes` nodes (`keelson agent` joined
 //! with a node token, each starting its own containerd) and waits until their Nodes are
-//! Ready. Any member can then be stopped, killed, paused, resumed or restarted.
+//! Ready. Any member can then be stopped, killed, paused, resumed or restarted; a node
+//! can also lose power ([`Cluster::power_off`]: its containers die with it) or be frozen
+//! whole ([`Cluster::freeze`], [`Cluster::thaw`]).
 //! `DIR/cluster.json` ([`Manifest`]) describes every member and is rewritten whenever one
 //! starts or stops; `DIR/kubeconfig` has one context per server. Starting on a directory
 //! that holds a cluster resumes it.
@@ -47,6 +49,7 @@ mod manifest;
 mod members;
 mod netns;
 mod ports;
+mod power;
 mod process;
 mod readiness;
 pub mod topology;
