@@ -69,6 +69,17 @@ pub struct AgentArgs {
     /// Stop every pod when the agent stops, as a machine powering off would.
     #[arg(long)]
     stop_pods_on_exit: bool,
+    /// Run with a deliberate bug, to show that the self-heal checker catches it
+    /// (`stale-pod-status`). For tests of the checker only.
+    #[arg(long, hide = true, value_parser = parse_injected_bug)]
+    inject_bug: Option<keelson_agent::agent::InjectedBug>,
+}
+
+fn parse_injected_bug(s: &str) -> Result<keelson_agent::agent::InjectedBug, String> {
+    match s {
+        "stale-pod-status" => Ok(keelson_agent::agent::InjectedBug::StalePodStatus),
+        other => Err(format!("unknown injected bug {other:?}: the only one is stale-pod-status")),
+    }
 }
 
 fn humantime_secs(s: &str) -> Result<Duration, String> {
@@ -182,7 +193,11 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         eviction: args.eviction_hard.clone(),
         ingress_http_port: args.ingress_http_port,
         ingress_https_port: args.ingress_https_port,
+        injected_bug: args.inject_bug,
     };
+    if let Some(bug) = args.inject_bug {
+        eprintln!("WARNING: node {name} runs with the injected bug {bug:?} (a test of the self-heal checker)");
+    }
     eprintln!("node {name} ({node_ip}) running; Ctrl-C stops the agent{}", if args.stop_pods_on_exit { " and its pods" } else { " (pods keep running)" });
     let result = keelson_agent::agent::run(client, runtime, cfg, shutdown).await;
     if let Some(c) = containerd {

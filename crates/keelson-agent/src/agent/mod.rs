@@ -53,6 +53,20 @@ pub struct AgentConfig {
     /// 0 leaves that one off).
     pub ingress_http_port: u16,
     pub ingress_https_port: u16,
+    /// A deliberate bug, for proving that the self-heal checker catches it (`keelson agent
+    /// --inject-bug`; never set otherwise).
+    pub injected_bug: Option<InjectedBug>,
+}
+
+/// Bugs the agent can be told to have, so a test can show the self-heal checker catches
+/// them. Each is a behaviour the agent once had or a plausible mistake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InjectedBug {
+    /// A pod's status is written only when it differs (transition times aside) from what
+    /// the agent last wrote, never when the API's copy was changed behind the agent's back
+    /// (the node lifecycle controller marking Ready False on a node it stopped hearing
+    /// from): such a pod stays not Ready after its node comes back.
+    StalePodStatus,
 }
 
 struct PodWorker {
@@ -92,6 +106,7 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
         dns_servers: cfg.dns_servers.clone(),
         host_dns: crate::pod::dns::parse_resolv_conf(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default()),
         tokens: Default::default(),
+        injected_bug: cfg.injected_bug,
     });
     serve_pods(ctx.clone(), &cfg.node_name, shutdown.clone()).await;
     if cfg.stop_pods_on_exit {

@@ -163,9 +163,12 @@ pub fn pod_status(pod: &Pod, observed: &Observed, plan: &Plan, know: &Knowledge,
     };
     let mut ready = containers_ready.clone();
     ready["type"] = json!("Ready");
-    if let Some(since) = old_condition("Ready").filter(|c| Some(c.status.as_str()) == ready["status"].as_str()).and_then(|c| c.last_transition_time) {
-        ready["lastTransitionTime"] = json!(since.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
-    }
+    // Ready changes on its own (the node lifecycle controller marks it False on an
+    // unreachable node): its transition time is its own, not ContainersReady's.
+    ready["lastTransitionTime"] = match old_condition("Ready").filter(|c| Some(c.status.as_str()) == ready["status"].as_str()) {
+        Some(c) => c.last_transition_time.map(|t| json!(t.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())).unwrap_or(json!(now)),
+        None => json!(now),
+    };
     let initialized = if completed && !initializing {
         condition("Initialized", true, Some("PodCompleted"), None)
     } else if initializing {
@@ -199,6 +202,29 @@ pub fn pod_status(pod: &Pod, observed: &Observed, plan: &Plan, know: &Knowledge,
         status["podIPs"] = json!([{"ip": ip}]);
     }
     status
+}
+
+/// Whether the pod's stored status already says what `status` says in what others may
+/// change behind the agent's back: the phase, each condition's status (the node lifecycle
+/// controller marks Ready False on a node it stopped hearing from) and each container's
+/// readiness and restart count. A status the agent wrote earlier and still computes must
+/// be written again when this is false, as the kubelet's status manager reconciles.
+pub fn stored_agrees(pod: &Pod, status: &Value) -> bool {
+    let Some(stored) = pod.status.as_ref() else { return false };
+    if stored.phase.as_deref() != status["phase"].as_str() {
+        return false;
+    }
+    let conditions = stored.conditions.as_deref().unwrap_or(&[]);
+    let conditions_agree = status["conditions"].as_array().into_iter().flatten().all(|c| {
+        conditions.iter().any(|s| Some(s.type_.as_str()) == c["type"].as_str() && Some(s.status.as_str()) == c["status"].as_str())
+    });
+    let containers = stored.container_statuses.as_deref().unwrap_or(&[]);
+    let containers_agree = status["containerStatuses"].as_array().into_iter().flatten().all(|c| {
+        containers.iter().any(|s| {
+            Some(s.name.as_str()) == c["name"].as_str() && Some(s.ready) == c["ready"].as_bool() && Some(s.restart_count as i64) == c["restartCount"].as_i64()
+        })
+    });
+    conditions_agree && containers_agree
 }
 
 #[cfg(test)]

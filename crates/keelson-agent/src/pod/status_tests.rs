@@ -83,3 +83,26 @@ fn waiting_reasons() {
     assert_eq!(s["containerStatuses"][0]["state"]["waiting"]["reason"], "ErrImageNeverPull");
     assert_eq!(s["phase"], "Pending");
 }
+
+#[test]
+fn a_ready_condition_changed_behind_the_agents_back_is_written_again() {
+    let running = ContainerState::Running { started_at_ns: 1 };
+    let mut p = pod(json!({"containers": [{"name": "app"}]}));
+    let s = pod_status(&p, &observed(vec![info("app", 0, running.clone())]), &Plan::default(), &know(), "2026-01-01T00:00:05Z");
+    assert!(!stored_agrees(&p, &s), "nothing stored yet");
+    // The agent's status is stored: it agrees.
+    p.status = Some(serde_json::from_value(s.clone()).unwrap());
+    assert!(stored_agrees(&p, &s));
+    // The node lifecycle controller marks the pod not Ready while the node is unreachable.
+    let st = p.status.as_mut().unwrap();
+    let ready = st.conditions.as_mut().unwrap().iter_mut().find(|c| c.type_ == "Ready").unwrap();
+    ready.status = "False".into();
+    ready.reason = Some("NodeNotReady".into());
+    assert!(!stored_agrees(&p, &s), "the agent must say Ready again");
+    // Written again, Ready's transition time is the moment it comes back, not
+    // ContainersReady's (which never changed).
+    let again = pod_status(&p, &observed(vec![info("app", 0, running)]), &Plan::default(), &know(), "2026-01-01T00:01:00Z");
+    assert_eq!(condition(&again, "Ready")["status"], "True");
+    assert_eq!(condition(&again, "Ready")["lastTransitionTime"], "2026-01-01T00:01:00Z");
+    assert_eq!(condition(&again, "ContainersReady")["lastTransitionTime"], "2026-01-01T00:00:05Z");
+}

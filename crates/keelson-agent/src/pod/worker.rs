@@ -43,6 +43,8 @@ pub struct PodContext {
     pub host_dns: crate::pod::dns::ResolvConf,
     /// Service-account tokens of projected volumes, reused while fresh.
     pub tokens: volumes::TokenCache,
+    /// A deliberate bug (tests of the self-heal checker only).
+    pub injected_bug: Option<crate::agent::InjectedBug>,
 }
 
 fn now_ns() -> i64 {
@@ -282,7 +284,12 @@ async fn report(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, observed: 
         }
     }
     let status = pod_status(pod, observed, p, &know, &now_rfc3339());
-    if state.last_status.as_ref() == Some(&status) {
+    if ctx.injected_bug == Some(crate::agent::InjectedBug::StalePodStatus) {
+        // The injected bug: what the agent itself last wrote is all it compares with.
+        if state.last_status.as_ref().map(without_transition_times) == Some(without_transition_times(&status)) {
+            return;
+        }
+    } else if state.last_status.as_ref() == Some(&status) && super::status::stored_agrees(pod, &status) {
         return;
     }
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
@@ -290,6 +297,17 @@ async fn report(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, observed: 
         Ok(_) => state.last_status = Some(status),
         Err(e) => tracing::info!(error = %e, "writing pod status"),
     }
+}
+
+/// `status` without its conditions' transition times (for the injected stale-status bug).
+fn without_transition_times(status: &Value) -> Value {
+    let mut s = status.clone();
+    for c in s["conditions"].as_array_mut().into_iter().flatten() {
+        if let Some(o) = c.as_object_mut() {
+            o.remove("lastTransitionTime");
+        }
+    }
+    s
 }
 
 /// Performs one action; true when it started a sandbox or a container.
