@@ -12,6 +12,8 @@
 //! * [`watch`]: the watch-stream checker;
 //! * [`lease`]: the checker of fenced writes by lease holders (terms never go
 //!   back, acknowledged writes stored, refused ones not, failover within a bound);
+//! * [`self_heal`]: the checker of a cluster of real nodes under node faults (bound
+//!   once, no surge, every fault recovered from, converged after healing);
 //! * [`synth`]: random linearizable histories and guaranteed anomalies, for
 //!   tests and benchmarks.
 
@@ -24,6 +26,7 @@ pub mod lease;
 pub mod linear;
 pub mod model;
 pub mod ops;
+pub mod self_heal;
 pub mod synth;
 pub mod timeline;
 pub mod watch;
@@ -36,4 +39,5 @@ pub use lease::{check_lease, LeaseHistory, LeaseReport};
 pub use linear::{check, check_operations, KeyFailure, LinearReport, ModelKind};
 pub use model::{CasRegister, KvMap, Model, ModelError};
 pub use ops::{pair_events, Operation, Outcome, PairError};
+pub use self_heal::{check_self_heal, SelfHealHistory, SelfHealReport};
 pub use watch::{check_watch, WatchReport, WatchViolation};

@@ -36,11 +36,17 @@ struct RunArgs {
     /// Servers in the cluster (3 or 5).
     #[arg(long, default_value_t = 3)]
     servers: usize,
+    /// Nodes: `keelson agent`s with their own containerd, each in a network namespace
+    /// (needs root; the self-heal workload needs at least 2).
+    #[arg(long, default_value_t = 0)]
+    nodes: usize,
     /// What to run: register, watch and lease drive the Kubernetes API of every server;
     /// store-register and store-watch drive the internal store API.
     #[arg(long, value_enum, default_value = "register")]
     workload: WorkloadArg,
-    /// Fault families, comma-separated: kill, pause, partition, membership, latency.
+    /// Fault families, comma-separated: kill, pause, partition, membership, latency;
+    /// node-kill, node-pause, node-partition (need --nodes); lease-kill (self-heal: kills
+    /// the server holding the controller manager's or the scheduler's Lease, in turn).
     #[arg(long, value_delimiter = ',', default_value = "kill,pause,partition")]
     nemesis: Vec<String>,
     /// How long the workload runs under faults, e.g. 60s or 10m.
@@ -95,6 +101,11 @@ enum WorkloadArg {
     /// writes fenced on its term's token: terms never go back, acknowledged writes are
     /// stored, fenced ones are not; failover times after faults on the holder.
     Lease,
+    /// A Deployment, a DaemonSet and a Job on real nodes (--nodes) while nodes lose power,
+    /// freeze or are cut off: pods bound once, no surge, replicas replaced (recovery
+    /// times), one daemon per node, completions exact, converged after healing, no
+    /// acknowledged write lost.
+    SelfHeal,
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -235,11 +246,25 @@ fn run(args: &RunArgs, out: &mut String) -> anyhow::Result<Verdict> {
             "partition" => NemesisFamily::Partition,
             "membership" => NemesisFamily::Membership,
             "latency" => NemesisFamily::Latency,
+            "node-kill" => NemesisFamily::NodeKill,
+            "node-pause" => NemesisFamily::NodePause,
+            "node-partition" => NemesisFamily::NodePartition,
+            "lease-kill" => NemesisFamily::LeaseKill,
             "none" => continue,
-            other => anyhow::bail!("unknown nemesis {other:?}: use kill, pause, partition, membership, latency or none"),
+            other => anyhow::bail!(
+                "unknown nemesis {other:?}: use kill, pause, partition, membership, latency, node-kill, node-pause, node-partition, lease-kill or none"
+            ),
         });
     }
     anyhow::ensure!(args.servers >= 1, "--servers must be at least 1");
+    let node_families = [NemesisFamily::NodeKill, NemesisFamily::NodePause, NemesisFamily::NodePartition];
+    if families.iter().any(|f| node_families.contains(f)) {
+        anyhow::ensure!(args.nodes >= 1, "node-kill, node-pause and node-partition need nodes: add --nodes N");
+    }
+    if matches!(args.workload, WorkloadArg::SelfHeal) {
+        anyhow::ensure!(args.nodes >= 2, "the self-heal workload needs at least 2 nodes (--nodes 3), so pods have somewhere to go");
+        anyhow::ensure!(!args.loopback, "the self-heal workload runs real nodes, which need network namespaces: drop --loopback");
+    }
     let keelson_bin = match &args.keelson_bin {
         Some(p) => p.clone(),
         None => std::env::current_exe()?.with_file_name("keelson"),
@@ -251,12 +276,16 @@ fn run(args: &RunArgs, out: &mut String) -> anyhow::Result<Verdict> {
     });
     let opts = keelson_jepsen_runner::RunOptions {
         servers: args.servers,
+        nodes: args.nodes,
+        node_args: Vec::new(),
+        converge: std::time::Duration::from_secs(180),
         workload: match args.workload {
             WorkloadArg::Register => keelson_jepsen_runner::Workload::KubeRegister,
             WorkloadArg::Watch => keelson_jepsen_runner::Workload::KubeWatch,
             WorkloadArg::StoreRegister => keelson_jepsen_runner::Workload::Register,
             WorkloadArg::StoreWatch => keelson_jepsen_runner::Workload::Watch,
             WorkloadArg::Lease => keelson_jepsen_runner::Workload::Lease,
+            WorkloadArg::SelfHeal => keelson_jepsen_runner::Workload::SelfHeal,
         },
         nemesis: families,
         time_limit: args.time_limit,
@@ -300,6 +329,17 @@ fn run(args: &RunArgs, out: &mut String) -> anyhow::Result<Verdict> {
             f.survived,
             f.unrecovered,
             f.inconclusive,
+        );
+    }
+    if let Some(r) = &verdict.self_heal {
+        let ms = |v: Option<u64>| v.map(|v| format!("{:.1} s", v as f64 / 1000.0)).unwrap_or("n/a".into());
+        let affected = r.recoveries.iter().filter(|x| x.affected).count();
+        let _ = writeln!(
+            out,
+            "self-heal: {affected} fault(s) took Ready replicas away; node fault to all replicas Ready again: p50 {}, p99 {}; at most {} Deployment pods Running at once",
+            ms(r.recovery_percentile(50.0)),
+            ms(r.recovery_percentile(99.0)),
+            r.max_running,
         );
     }
     let _ = writeln!(out, "{}", verdict.summary);

@@ -9,7 +9,9 @@
 //! [`Workload::KubeRegister`], [`Workload::KubeWatch`]), so consistency is proven end
 //! to end through the API servers. [`Workload::Lease`] runs the real Lease elector
 //! (`keelson_component`) on every server and checks that its fenced writes never go back
-//! a term, and times failovers.
+//! a term, and times failovers. [`Workload::SelfHeal`] runs a Deployment, a DaemonSet
+//! and a Job on real nodes while nodes lose power, freeze or are cut off and component
+//! Lease holders' servers die, and judges the cluster's self-healing.
 
 mod kube_api;
 mod kube_register;
@@ -18,6 +20,7 @@ mod lease;
 mod lease_nemesis;
 mod register;
 mod run;
+pub mod self_heal;
 mod watch;
 
 pub use kube_api::KubeTarget;

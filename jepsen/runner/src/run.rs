@@ -15,6 +15,7 @@ use crate::kube_register::{KubeRegisterWorkload, CAS_CONFLICT};
 use crate::kube_watch::KubeWatchWorkload;
 use crate::lease::{HolderCell, LeaseRun, LeaseWorkload};
 use crate::register::{RegisterWorkload, CAS_MISMATCH};
+use crate::self_heal::{SelfHealRun, SelfHealWorkload};
 use crate::watch::WatchWorkload;
 
 /// Which workload to run.
@@ -31,6 +32,17 @@ pub enum Workload {
     /// One contender per server elected through a Lease, appending writes fenced on its
     /// term's token; checked by `keelson_jepsen::lease` (see [`crate::lease`]).
     Lease,
+    /// A Deployment, a DaemonSet and a Job on real nodes under node faults; checked by
+    /// `keelson_jepsen::self_heal` (see [`crate::self_heal`]).
+    SelfHeal,
+}
+
+impl WorkloadEnd {
+    /// What the workload found itself, one indented line each, for the verdict's summary.
+    fn report_lines(&self) -> String {
+        let violations = self.violations.iter().map(|v| format!("\n  workload: {v}"));
+        violations.chain(self.notes.iter().map(|n| format!("\n  note: {n}"))).collect()
+    }
 }
 
 impl Workload {
@@ -49,12 +61,21 @@ struct WorkloadEnd {
     notes: Vec<String>,
     /// What the lease workload recorded (its own history).
     lease: Option<LeaseRun>,
+    /// What the self-heal workload recorded.
+    self_heal: Option<SelfHealRun>,
 }
 
 /// Parameters of a run.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
     pub servers: usize,
+    /// Nodes (`keelson agent` with containerd; the self-heal workload needs them).
+    pub nodes: usize,
+    /// Extra arguments for every `keelson agent`.
+    pub node_args: Vec<String>,
+    /// [`Workload::SelfHeal`]: how long to wait after the heal for the cluster to
+    /// converge before judging it.
+    pub converge: Duration,
     pub workload: Workload,
     pub nemesis: Vec<NemesisFamily>,
     pub time_limit: Duration,
@@ -86,6 +107,8 @@ pub struct RunVerdict {
     pub dir: PathBuf,
     /// [`Workload::Lease`]: failover figures over the faults that hit the lease holder.
     pub failover: Option<FailoverStats>,
+    /// [`Workload::SelfHeal`]: the checker's report (recovery figures).
+    pub self_heal: Option<keelson_jepsen::SelfHealReport>,
 }
 
 /// A run that could not be carried out (as opposed to one that found an anomaly).
@@ -105,12 +128,19 @@ pub async fn run(opts: RunOptions) -> Result<RunVerdict, RunError> {
     let history_path = opts.dir.join("history.jsonl");
     let history = Arc::new(HistoryWriter::create(&history_path).map_err(|e| RunError::History(e.to_string()))?);
     let epoch = Instant::now();
+    let mut server_args: Vec<String> = ["--snapshot-every", "2000", "--keep-logs", "200"].map(String::from).to_vec();
+    if opts.workload == Workload::SelfHeal {
+        server_args.extend(SELF_HEAL_SERVER_ARGS.map(String::from));
+        eprintln!("jepsen: self-heal timings: servers {}; pods tolerate not-ready/unreachable for 2 s", SELF_HEAL_SERVER_ARGS.join(" "));
+    }
     let spec = HarnessSpec {
         servers: opts.servers,
+        nodes: opts.nodes,
+        node_args: opts.node_args.clone(),
         binary: opts.keelson_bin.clone(),
         dir: opts.dir.join("cluster"),
         isolation: opts.isolation,
-        server_args: vec!["--snapshot-every".into(), "2000".into(), "--keep-logs".into(), "200".into()],
+        server_args,
         seed: opts.seed,
     };
     // Nemesis events are timed from the start of `Harness::start`; history events from
@@ -125,6 +155,7 @@ pub async fn run(opts: RunOptions) -> Result<RunVerdict, RunError> {
         store_endpoints: endpoints.clone(),
         store_tls: Some(tls.clone()),
     };
+    let kube_target_for_nemesis = kube_target.clone();
     eprintln!("jepsen: cluster of {} up ({:?}); running for {:?}", opts.servers, harness.cluster().isolation(), opts.time_limit);
     let harness = Arc::new(Mutex::new(harness));
 
@@ -162,7 +193,7 @@ pub async fn run(opts: RunOptions) -> Result<RunVerdict, RunError> {
                 let w = KubeWatchWorkload { writers: clients / 2, watchers: clients - clients / 2, ..Default::default() };
                 tokio::spawn(async move {
                     let r = w.run(&kube_target, history, seed, stop).await;
-                    WorkloadEnd { invoked: r.invoked, violations: r.violations, notes: r.notes, lease: None }
+                    WorkloadEnd { invoked: r.invoked, violations: r.violations, notes: r.notes, ..Default::default() }
                 })
             }
             Workload::Lease => {
@@ -175,11 +206,26 @@ pub async fn run(opts: RunOptions) -> Result<RunVerdict, RunError> {
                         violations: std::mem::take(&mut r.violations),
                         notes: vec![format!("{} term(s) began", r.terms.len())],
                         lease: Some(r),
+                        self_heal: None,
+                    }
+                })
+            }
+            Workload::SelfHeal => {
+                let w = SelfHealWorkload { converge: opts.converge, ..SelfHealWorkload::for_run(opts.time_limit) };
+                tokio::spawn(async move {
+                    let mut r = w.run(&kube_target, epoch, stop).await;
+                    WorkloadEnd {
+                        invoked: r.final_state.acknowledged as u64,
+                        violations: std::mem::take(&mut r.violations),
+                        notes: std::mem::take(&mut r.notes),
+                        lease: None,
+                        self_heal: Some(r),
                     }
                 })
             }
         }
     };
+    let stop_holders = CancellationToken::new();
     let nemesis = if opts.workload == Workload::Lease {
         tokio::spawn(crate::lease_nemesis::run_targeted_nemesis(
             harness.clone(),
@@ -188,6 +234,23 @@ pub async fn run(opts: RunOptions) -> Result<RunVerdict, RunError> {
             opts.seed,
             stop_nemesis.clone(),
             holder.clone(),
+        ))
+    } else if opts.workload == Workload::SelfHeal {
+        let holders = crate::self_heal::Holders::default();
+        let servers: Vec<String> = (0..opts.servers).map(|i| format!("keelson-{}", i + 1)).collect();
+        match crate::kube_api::api_configs(&kube_target_for_nemesis).await.and_then(|c| crate::kube_api::clients(&c)) {
+            Ok(clients) => {
+                tokio::spawn(crate::self_heal::follow_holders(clients, servers, holders.clone(), stop_holders.clone()));
+            }
+            Err(e) => eprintln!("jepsen: lease holders cannot be followed ({e}): lease-kill faults will fail"),
+        }
+        tokio::spawn(keelson_chaos::run_nemesis_retargeted(
+            harness.clone(),
+            opts.nemesis.clone(),
+            opts.nemesis_interval,
+            opts.seed,
+            stop_nemesis.clone(),
+            crate::self_heal::retarget(holders),
         ))
     } else {
         tokio::spawn(keelson_chaos::run_nemesis(
@@ -201,6 +264,7 @@ pub async fn run(opts: RunOptions) -> Result<RunVerdict, RunError> {
     tokio::time::sleep(opts.time_limit).await;
     stop_nemesis.cancel();
     let events = nemesis.await.unwrap_or_default();
+    stop_holders.cancel();
     // Heal everything and let the cluster settle while clients keep going, so
     // operations also run against the healed cluster.
     let healed = {
@@ -289,16 +353,13 @@ fn check(
     if opts.workload == Workload::Lease {
         return check_lease(opts, end, events, harness_offset);
     }
+    if opts.workload == Workload::SelfHeal {
+        return check_self_heal(opts, end, events, harness_offset);
+    }
     let loaded = keelson_jepsen::history::read_jsonl(history_path).map_err(|e| RunError::History(e.to_string()))?;
     let hist: Vec<keelson_jepsen::HistoryEvent> = loaded.into_iter().map(|(_, e)| e).collect();
     // What the workload found itself, appended to the checker's summary.
-    let mut extra = String::new();
-    for v in &end.violations {
-        extra.push_str(&format!("\n  workload: {v}"));
-    }
-    for n in &end.notes {
-        extra.push_str(&format!("\n  note: {n}"));
-    }
+    let extra = end.report_lines();
     if opts.workload.is_watch() {
         let report = keelson_jepsen::check_watch(&hist).map_err(|e| RunError::History(e.to_string()))?;
         let full = opts.dir.join("watch-report.txt");
@@ -315,6 +376,7 @@ fn check(
             summary: format!("{}{extra}\nfull report: {}", abridged(report.to_string().trim_end(), 40), full.display()),
             dir: opts.dir.clone(),
             failover: None,
+            self_heal: None,
         });
     }
     let ops = pair_events(&hist).map_err(|e| RunError::History(e.to_string()))?;
@@ -362,6 +424,7 @@ fn check(
         summary,
         dir: opts.dir.clone(),
         failover: None,
+        self_heal: None,
     })
 }
 
@@ -381,13 +444,7 @@ fn check_lease(opts: &RunOptions, end: &WorkloadEnd, events: &[NemesisEvent], ha
     let json = serde_json::to_string_pretty(&input).map_err(|e| RunError::History(e.to_string()))?;
     std::fs::write(opts.dir.join("lease-history.json"), json)?;
     let report = keelson_jepsen::check_lease(&input).map_err(|e| RunError::History(e.to_string()))?;
-    let mut extra = String::new();
-    for v in &end.violations {
-        extra.push_str(&format!("\n  workload: {v}"));
-    }
-    for n in &end.notes {
-        extra.push_str(&format!("\n  note: {n}"));
-    }
+    let mut extra = end.report_lines();
     if run.writes.is_empty() {
         extra.push_str("\n  workload: no write was attempted: no contender ever led (see stderr)");
     }
@@ -409,6 +466,59 @@ fn check_lease(opts: &RunOptions, end: &WorkloadEnd, events: &[NemesisEvent], ha
         summary: format!("{}{extra}\nfull report: {}", abridged(report.to_string().trim_end(), 40), full.display()),
         dir: opts.dir.clone(),
         failover: Some(report.failover_stats()),
+        self_heal: None,
+    })
+}
+
+/// Server flags of self-heal runs: a node is Unknown after 6 s without a heartbeat (the
+/// runner's agents beat every 2 s), looked at every second; component Leases of 4 s.
+const SELF_HEAL_SERVER_ARGS: [&str; 10] = [
+    "--node-monitor-grace-period",
+    "6s",
+    "--node-monitor-period",
+    "1s",
+    "--leader-elect-lease-duration",
+    "4s",
+    "--leader-elect-renew-deadline",
+    "3s",
+    "--leader-elect-retry-period",
+    "1s",
+];
+
+/// The self-heal verdict: `keelson_jepsen::self_heal` over what the workload recorded and
+/// the nemesis log (artifacts: `self-heal-history.json`, `self-heal-report.txt`).
+fn check_self_heal(opts: &RunOptions, end: &WorkloadEnd, events: &[NemesisEvent], harness_offset: Duration) -> Result<RunVerdict, RunError> {
+    let empty = SelfHealRun::default();
+    let run = end.self_heal.as_ref().unwrap_or(&empty);
+    let input = keelson_jepsen::SelfHealHistory {
+        declared: SelfHealWorkload::for_run(opts.time_limit).declared(),
+        pods: run.pods.clone(),
+        faults: crate::self_heal::node_faults(events, harness_offset),
+        final_state: run.final_state.clone(),
+        end_ms: run.end_ms,
+    };
+    let json = serde_json::to_string(&input).map_err(|e| RunError::History(e.to_string()))?;
+    std::fs::write(opts.dir.join("self-heal-history.json"), json)?;
+    let report = keelson_jepsen::check_self_heal(&input);
+    let mut extra = end.report_lines();
+    if run.pods.is_empty() {
+        extra.push_str("\n  workload: no pod state was recorded (see stderr)");
+    }
+    let full = opts.dir.join("self-heal-report.txt");
+    std::fs::write(&full, format!("{report}{extra}\n"))?;
+    let missing = run.final_state.acknowledged_missing.len();
+    Ok(RunVerdict {
+        valid: report.is_valid() && end.violations.is_empty() && !run.pods.is_empty(),
+        invoked: end.invoked,
+        ok: run.final_state.acknowledged - missing.min(run.final_state.acknowledged),
+        fail: missing,
+        info: 0,
+        faults: count_faults(events),
+        availability_during_faults: None,
+        summary: format!("{}{extra}\nfull report: {}", abridged(report.to_string().trim_end(), 40), full.display()),
+        dir: opts.dir.clone(),
+        failover: None,
+        self_heal: Some(report),
     })
 }
 

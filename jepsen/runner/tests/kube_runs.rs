@@ -48,6 +48,9 @@ async fn kube_run_with(workload: Workload, family: NemesisFamily, interval: Dura
     let dir = tempfile::tempdir().expect("tmp").keep();
     let opts = RunOptions {
         servers: 3,
+        nodes: 0,
+        node_args: Vec::new(),
+        converge: Duration::ZERO,
         workload,
         nemesis: vec![family],
         time_limit: Duration::from_secs(20),
@@ -164,6 +167,9 @@ async fn lease_run(family: NemesisFamily, seed: u64, failover: bool) -> (RunVerd
     let dir = tempfile::tempdir().expect("tmp").keep();
     let opts = RunOptions {
         servers: 3,
+        nodes: 0,
+        node_args: Vec::new(),
+        converge: Duration::ZERO,
         workload: Workload::Lease,
         nemesis: vec![family],
         time_limit: Duration::from_secs(20),

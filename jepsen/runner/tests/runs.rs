@@ -25,6 +25,9 @@ async fn short_run_on(
     let dir = tempfile::tempdir().expect("tmp").keep();
     let opts = RunOptions {
         servers,
+        nodes: 0,
+        node_args: Vec::new(),
+        converge: Duration::ZERO,
         workload,
         nemesis: vec![family],
         time_limit: Duration::from_secs(15),
