@@ -29,6 +29,8 @@ pub struct Harness {
     blocked: Blocked,
     /// What each node is cut off from.
     pub(crate) node_cuts: NodeCuts,
+    /// Nodes drained and not yet uncordoned.
+    pub(crate) drained: std::collections::BTreeSet<usize>,
     latency: Option<u32>,
     /// `Err(why)` when `tc … netem` does not work.
     netem: Result<(), String>,
@@ -89,6 +91,7 @@ impl Harness {
             started,
             blocked: Blocked::new(),
             node_cuts: NodeCuts::new(),
+            drained: Default::default(),
             latency: None,
             netem,
             rng: StdRng::seed_from_u64(spec.seed),
@@ -301,7 +304,9 @@ impl Harness {
             | Fault::NodePause(_)
             | Fault::NodeResume(_)
             | Fault::NodeIsolate(_)
-            | Fault::NodeSplitFromNodes(_) => self.apply_node_fault(f).await,
+            | Fault::NodeSplitFromNodes(_)
+            | Fault::NodeDrain(_)
+            | Fault::NodeUncordon(_) => self.apply_node_fault(f).await,
         }
     }
 
@@ -435,6 +440,8 @@ fn describe(f: &Fault) -> String {
         Fault::NodeResume(k) => format!("resume node-{}", k + 1),
         Fault::NodeIsolate(x) => format!("isolate {} from the servers", node_target(x)),
         Fault::NodeSplitFromNodes(x) => format!("isolate {} from the other nodes", node_target(x)),
+        Fault::NodeDrain(x) => format!("drain {}", node_target(x)),
+        Fault::NodeUncordon(k) => format!("uncordon node-{}", k + 1),
     }
 }
 

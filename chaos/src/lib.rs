@@ -128,6 +128,11 @@ pub enum Fault {
     /// The node is cut off from the other nodes and their pods only. Healed by
     /// `HealNetwork`.
     NodeSplitFromNodes(NodeTarget),
+    /// `kubectl drain` of the node (cordoned, its pods evicted through the eviction API,
+    /// DaemonSet pods left); stays cordoned until `NodeUncordon` or `HealAll`.
+    NodeDrain(NodeTarget),
+    /// `kubectl uncordon` of node k.
+    NodeUncordon(usize),
 }
 
 /// One fault or heal as it happened.
@@ -168,4 +173,9 @@ pub enum NemesisFamily {
     /// Kill(Holder): the server holding a component's Lease, as the workload's retarget
     /// says; healed by Restart.
     LeaseKill,
+    /// IsolateNode(Holder): that server cut off from the other servers; healed by
+    /// HealNetwork.
+    LeasePartition,
+    /// NodeDrain(Random), healed by NodeUncordon.
+    NodeDrain,
 }

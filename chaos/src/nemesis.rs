@@ -22,6 +22,8 @@ pub enum HealStep {
     NodeRestart,
     /// `NodeResume` the node the fault hit.
     NodeResume,
+    /// `NodeUncordon` the node the fault hit.
+    NodeUncordon,
     HealNetwork,
     /// The fault heals itself (membership changes).
     Nothing,
@@ -41,7 +43,8 @@ pub struct Plan {
 /// one of `IsolateNode(Leader)`, `SplitHalves`, `Bridge`, `OneWayLoss` (random distinct
 /// pair), Membership → `RemoveAndReadd(Random)`, Latency → `Latency { 50..=200 ms }`,
 /// NodeKill → `NodeKill(Random)`, NodePause → `NodePause(Random)`, NodePartition →
-/// `NodeIsolate(Random)` or `NodeSplitFromNodes(Random)`, LeaseKill → `Kill(Holder)`.
+/// `NodeIsolate(Random)` or `NodeSplitFromNodes(Random)`, LeaseKill → `Kill(Holder)`,
+/// LeasePartition → `IsolateNode(Holder)`, NodeDrain → `NodeDrain(Random)`.
 pub fn plan_fault(
     family: NemesisFamily,
     servers: usize,
@@ -75,6 +78,8 @@ pub fn plan_fault(
             Plan { fault: kinds.choose(rng)?.clone(), heal: HealStep::HealNetwork }
         }
         NemesisFamily::LeaseKill => Plan { fault: Fault::Kill(Target::Holder), heal: HealStep::Restart },
+        NemesisFamily::LeasePartition => Plan { fault: Fault::IsolateNode(Target::Holder), heal: HealStep::HealNetwork },
+        NemesisFamily::NodeDrain => Plan { fault: Fault::NodeDrain(NodeTarget::Random), heal: HealStep::NodeUncordon },
     };
     supported(&plan.fault).then_some(plan)
 }
@@ -98,6 +103,8 @@ pub(crate) fn family_usable(family: NemesisFamily, servers: usize, supported: &d
             vec![Fault::NodeIsolate(NodeTarget::Random), Fault::NodeSplitFromNodes(NodeTarget::Random)]
         }
         NemesisFamily::LeaseKill => vec![Fault::Kill(Target::Holder)],
+        NemesisFamily::LeasePartition => vec![Fault::IsolateNode(Target::Holder)],
+        NemesisFamily::NodeDrain => vec![Fault::NodeDrain(NodeTarget::Random)],
     };
     kinds.iter().any(supported)
 }
@@ -190,6 +197,7 @@ pub async fn run_nemesis_retargeted(
             HealStep::Resume if ok => target.map(Fault::Resume),
             HealStep::NodeRestart if ok => target.map(Fault::NodeRestart),
             HealStep::NodeResume if ok => target.map(Fault::NodeResume),
+            HealStep::NodeUncordon if ok => target.map(Fault::NodeUncordon),
             // A partition that failed half-way may still have cut something.
             HealStep::HealNetwork => Some(Fault::HealNetwork),
             _ => None,
@@ -318,6 +326,14 @@ mod tests {
         assert_eq!(
             draw(NemesisFamily::LeaseKill, 4, 1, &all)[0],
             Some(Plan { fault: Fault::Kill(Target::Holder), heal: HealStep::Restart })
+        );
+        assert_eq!(
+            draw(NemesisFamily::LeasePartition, 4, 1, &all)[0],
+            Some(Plan { fault: Fault::IsolateNode(Target::Holder), heal: HealStep::HealNetwork })
+        );
+        assert_eq!(
+            draw(NemesisFamily::NodeDrain, 4, 1, &all)[0],
+            Some(Plan { fault: Fault::NodeDrain(NodeTarget::Random), heal: HealStep::NodeUncordon })
         );
         let no_nodes = |f: &Fault| {
             !matches!(f, Fault::NodeKill(_) | Fault::NodePause(_) | Fault::NodeIsolate(_) | Fault::NodeSplitFromNodes(_))

@@ -14,8 +14,13 @@ impl Harness {
     pub(crate) fn node_fault_unsupported(&self, f: &Fault) -> Option<String> {
         let nodes = self.cluster.node_count();
         let needs = match f {
-            Fault::NodeSplitFromNodes(_) => 2,
-            Fault::NodeKill(_) | Fault::NodeRestart(_) | Fault::NodePause(_) | Fault::NodeResume(_) | Fault::NodeIsolate(_) => 1,
+            Fault::NodeSplitFromNodes(_) | Fault::NodeDrain(_) => 2,
+            Fault::NodeKill(_)
+            | Fault::NodeRestart(_)
+            | Fault::NodePause(_)
+            | Fault::NodeResume(_)
+            | Fault::NodeIsolate(_)
+            | Fault::NodeUncordon(_) => 1,
             _ => return None,
         };
         if self.cluster.isolation() != Isolation::Netns {
@@ -41,8 +46,9 @@ impl Harness {
             NodeTarget::Node(k) => self.member_of(k).map(|_| k),
             NodeTarget::Random => {
                 let s = self.cluster.server_count();
-                let candidates: Vec<usize> =
-                    (0..self.cluster.node_count()).filter(|&k| eligible(&self.cluster, s + k) && !self.node_cuts.contains_key(&k)).collect();
+                let candidates: Vec<usize> = (0..self.cluster.node_count())
+                    .filter(|&k| eligible(&self.cluster, s + k) && !self.node_cuts.contains_key(&k) && !self.drained.contains(&k))
+                    .collect();
                 candidates.choose(&mut self.rng).copied().ok_or_else(|| ChaosError::not_ready("no eligible node for a random target"))
             }
         }
@@ -92,8 +98,38 @@ impl Harness {
                 let what = if from_servers { "the servers" } else { "the other nodes" };
                 Ok((format!("isolate node-{} from {what}", k + 1), Some(k)))
             }
+            Fault::NodeDrain(t) => {
+                let k = self.resolve_node(t, keelson_runner::Cluster::is_live)?;
+                self.drained.insert(k);
+                let out = self.kubectl(&["drain", &format!("node-{}", k + 1), "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=60s"]).await?;
+                let evicted = out.lines().filter(|l| l.contains("evicted")).count();
+                Ok((format!("drain node-{} ({evicted} pods evicted)", k + 1), Some(k)))
+            }
+            Fault::NodeUncordon(k) => {
+                self.member_of(k)?;
+                self.kubectl(&["uncordon", &format!("node-{}", k + 1)]).await?;
+                self.drained.remove(&k);
+                Ok((format!("uncordon node-{}", k + 1), Some(k)))
+            }
             _ => Err(ChaosError::cluster(format!("{f:?} is not a node fault"))),
         }
+    }
+
+    /// Runs `kubectl` with the cluster's admin kubeconfig against each live server in
+    /// turn (≤ 90 s each) until one run succeeds; its output, or the last failure.
+    async fn kubectl(&self, args: &[&str]) -> Result<String, ChaosError> {
+        let kubeconfig = self.cluster.kubeconfig_path().display().to_string();
+        let servers: Vec<String> = (0..self.cluster.server_count()).filter(|&i| self.cluster.is_live(i)).map(|i| self.cluster.name(i).to_string()).collect();
+        let mut last = ChaosError::not_ready("no live server to run kubectl against");
+        for context in servers {
+            let mut argv: Vec<String> = ["kubectl", "--kubeconfig", &kubeconfig, "--context", &context].map(String::from).to_vec();
+            argv.extend(args.iter().map(|a| a.to_string()));
+            match keelson_runner::cmd::run_async(argv, None, std::time::Duration::from_secs(90)).await {
+                Ok(out) => return Ok(out),
+                Err(e) => last = e.into(),
+            }
+        }
+        Err(last)
     }
 
     /// Loads node `k`'s ruleset for its current cut (none: the table is deleted).
@@ -136,9 +172,14 @@ impl Harness {
                 booted.push(format!("node-{}", k + 1));
             }
         }
-        if thawed.is_empty() && booted.is_empty() {
+        let mut uncordoned = Vec::new();
+        for k in std::mem::take(&mut self.drained) {
+            self.kubectl(&["uncordon", &format!("node-{}", k + 1)]).await?;
+            uncordoned.push(format!("node-{}", k + 1));
+        }
+        if thawed.is_empty() && booted.is_empty() && uncordoned.is_empty() {
             return Ok(String::new());
         }
-        Ok(format!("; nodes resumed [{}], restarted [{}]", thawed.join(", "), booted.join(", ")))
+        Ok(format!("; nodes resumed [{}], restarted [{}], uncordoned [{}]", thawed.join(", "), booted.join(", "), uncordoned.join(", ")))
     }
 }

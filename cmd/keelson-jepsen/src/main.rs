@@ -45,8 +45,9 @@ struct RunArgs {
     #[arg(long, value_enum, default_value = "register")]
     workload: WorkloadArg,
     /// Fault families, comma-separated: kill, pause, partition, membership, latency;
-    /// node-kill, node-pause, node-partition (need --nodes); lease-kill (self-heal: kills
-    /// the server holding the controller manager's or the scheduler's Lease, in turn).
+    /// node-kill, node-pause, node-partition, node-drain (need --nodes); lease-kill, lease-partition
+    /// (self-heal: kill or cut off the server holding the controller manager's or the
+    /// scheduler's Lease, in turn).
     #[arg(long, value_delimiter = ',', default_value = "kill,pause,partition")]
     nemesis: Vec<String>,
     /// How long the workload runs under faults, e.g. 60s or 10m.
@@ -250,14 +251,16 @@ fn run(args: &RunArgs, out: &mut String) -> anyhow::Result<Verdict> {
             "node-pause" => NemesisFamily::NodePause,
             "node-partition" => NemesisFamily::NodePartition,
             "lease-kill" => NemesisFamily::LeaseKill,
+            "lease-partition" => NemesisFamily::LeasePartition,
+            "node-drain" => NemesisFamily::NodeDrain,
             "none" => continue,
             other => anyhow::bail!(
-                "unknown nemesis {other:?}: use kill, pause, partition, membership, latency, node-kill, node-pause, node-partition, lease-kill or none"
+                "unknown nemesis {other:?}: use kill, pause, partition, membership, latency, node-kill, node-pause, node-partition, node-drain, lease-kill, lease-partition or none"
             ),
         });
     }
     anyhow::ensure!(args.servers >= 1, "--servers must be at least 1");
-    let node_families = [NemesisFamily::NodeKill, NemesisFamily::NodePause, NemesisFamily::NodePartition];
+    let node_families = [NemesisFamily::NodeKill, NemesisFamily::NodePause, NemesisFamily::NodePartition, NemesisFamily::NodeDrain];
     if families.iter().any(|f| node_families.contains(f)) {
         anyhow::ensure!(args.nodes >= 1, "node-kill, node-pause and node-partition need nodes: add --nodes N");
     }

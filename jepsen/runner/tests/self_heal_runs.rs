@@ -78,38 +78,46 @@ async fn self_heal_run(families: Vec<NemesisFamily>, seed: u64, node_args: &[&st
 
 /// A valid run with faults injected, work acknowledged and every fault that took replicas
 /// away recovered from.
-async fn heals(family: NemesisFamily, seed: u64) {
-    if !nodes_possible(&format!("self-heal under {family:?}")) {
+async fn heals(families: Vec<NemesisFamily>, seed: u64) {
+    if !nodes_possible(&format!("self-heal under {families:?}")) {
         return;
     }
-    let v = self_heal_run(vec![family], seed, &[], Duration::from_secs(120)).await;
-    assert!(v.valid, "self-heal under {family:?} found an anomaly:\n{}", v.summary);
+    let v = self_heal_run(families.clone(), seed, &[], Duration::from_secs(120)).await;
+    assert!(v.valid, "self-heal under {families:?} found an anomaly:\n{}", v.summary);
     assert!(v.faults >= 2, "only {} faults were injected:\n{}", v.faults, v.summary);
     assert!(v.ok > 20, "only {} writes were acknowledged:\n{}", v.ok, v.summary);
     let report = v.self_heal.as_ref().expect("a self-heal report");
     assert!(report.observations > 50, "only {} pod states were recorded", report.observations);
     assert!(report.recoveries.iter().filter(|r| r.affected).all(|r| r.after_ms.is_some()), "{report}");
+    // The in-cluster clients reached the Service through it all, most of the time.
+    let rate = report.client_success_rate.expect("the clients' calls were counted");
+    assert!(rate > 0.5, "only {:.1}% of the clients' calls were answered:\n{report}", rate * 100.0);
     let _ = std::fs::remove_dir_all(&v.dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicas_come_back_after_nodes_lose_power() {
-    heals(NemesisFamily::NodeKill, 1).await;
+    heals(vec![NemesisFamily::NodeKill], 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicas_come_back_after_nodes_freeze() {
-    heals(NemesisFamily::NodePause, 2).await;
+    heals(vec![NemesisFamily::NodePause], 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicas_come_back_after_nodes_are_cut_off() {
-    heals(NemesisFamily::NodePartition, 3).await;
+    heals(vec![NemesisFamily::NodePartition], 3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn pods_are_bound_once_and_replaced_while_component_lease_holders_die() {
-    heals(NemesisFamily::LeaseKill, 4).await;
+async fn replicas_come_back_after_nodes_are_drained_during_rollouts() {
+    heals(vec![NemesisFamily::NodeDrain], 5).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pods_are_bound_once_and_replaced_while_component_lease_holders_die_or_are_cut_off() {
+    heals(vec![NemesisFamily::LeaseKill, NemesisFamily::LeasePartition], 4).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -8,6 +8,12 @@ use super::{NodeFault, PodSeen, Recovery, SeenKind, SelfHealHistory, SelfHealRep
 pub const DEPLOYMENT: &str = "deployment";
 /// The DaemonSet's.
 pub const DAEMONSET: &str = "daemonset";
+/// The StatefulSet's.
+pub const STATEFULSET: &str = "statefulset";
+
+/// A deletion seen this soon after its node was cut off may have been confirmed by the
+/// node just before (the watch delivered it a moment later).
+const DELETION_MARGIN_MS: u64 = 1_000;
 
 fn violation(property: &str, detail: String) -> SelfHealViolation {
     SelfHealViolation { property: property.into(), detail }
@@ -20,10 +26,44 @@ pub fn check_self_heal(h: &SelfHealHistory) -> SelfHealReport {
         ..Default::default()
     };
     bound_once(h, &mut report);
+    identities(h, &mut report);
     surge(h, &mut report);
     recoveries(h, &mut report);
     after_healing(h, &mut report);
+    let f = &h.final_state;
+    let calls = f.client_calls_ok + f.client_calls_failed;
+    report.client_success_rate = (calls > 0).then(|| f.client_calls_ok as f64 / calls as f64);
     report
+}
+
+/// A StatefulSet pod is gone from the API only once it is known dead: deleted while its
+/// node was cut off or frozen (so nobody could have confirmed its containers stopped), its
+/// replacement may run beside it.
+fn identities(h: &SelfHealHistory, report: &mut SelfHealReport) {
+    let mut flagged: BTreeSet<&str> = BTreeSet::new();
+    for p in h.pods.iter().filter(|p| p.kind == SeenKind::Delete && p.workload == STATEFULSET) {
+        let Some(node) = p.node.as_deref() else { continue };
+        let cut_off = h.faults.iter().find(|f| {
+            matches!(f.kind, super::NodeFaultKind::CutFromServers | super::NodeFaultKind::Freeze)
+                && f.node == node
+                && f.start_ms + DELETION_MARGIN_MS <= p.at_ms
+                && f.end_ms.is_none_or(|e| p.at_ms < e)
+        });
+        if let Some(f) = cut_off {
+            if flagged.insert(p.uid.as_str()) {
+                report.violations.push(violation(
+                    "identity",
+                    format!(
+                        "StatefulSet pod {} (uid {}) was deleted at +{:.1}s while its node {node} was cut off ({}): its containers may still run beside its replacement",
+                        p.name,
+                        p.uid,
+                        p.at_ms as f64 / 1000.0,
+                        f.what
+                    ),
+                ));
+            }
+        }
+    }
 }
 
 /// A pod is bound to one node for its whole life.
@@ -253,6 +293,40 @@ fn after_healing(h: &SelfHealHistory, report: &mut SelfHealReport) {
                 format!("node {n} has {} DaemonSet pod(s) after healing ({}), not exactly one Ready", on.len(), on.join(", ")),
             ));
         }
+    }
+    for i in 0..h.declared.statefulset_replicas {
+        let name = format!("db-{i}");
+        let pod = f.pods.iter().find(|p| p.workload == STATEFULSET && p.name == name);
+        let claim = format!("data-{name}");
+        match pod {
+            Some(p) if p.ready && !p.terminating && p.claims.contains(&claim) && f.bound_claims.contains(&claim) => {}
+            Some(p) => report.violations.push(violation(
+                "statefulset",
+                format!(
+                    "{name} is not back after healing: ready {}, terminating {}, claims {:?}, {claim} {}",
+                    p.ready,
+                    p.terminating,
+                    p.claims,
+                    if f.bound_claims.contains(&claim) { "Bound" } else { "not Bound" }
+                ),
+            )),
+            None => report.violations.push(violation("statefulset", format!("{name} does not exist after healing"))),
+        }
+    }
+    let mut ready_ips: Vec<&str> = f
+        .pods
+        .iter()
+        .filter(|p| p.workload == DEPLOYMENT && p.ready && !p.terminating)
+        .filter_map(|p| p.ip.as_deref())
+        .collect();
+    ready_ips.sort_unstable();
+    let mut endpoints: Vec<&str> = f.service_endpoints.iter().map(String::as_str).collect();
+    endpoints.sort_unstable();
+    if ready_ips != endpoints {
+        report.violations.push(violation(
+            "endpoints",
+            format!("the Service's Endpoints list {endpoints:?} after healing, its Ready pods are {ready_ips:?}"),
+        ));
     }
     let deployment_ready = f.pods.iter().filter(|p| p.workload == DEPLOYMENT && p.ready && !p.terminating).count() as u32;
     if deployment_ready != h.declared.replicas {

@@ -22,7 +22,9 @@ fn marker(at_ms: u64, server: usize, kind: SeenKind) -> PodSeen {
 }
 
 fn final_pod(name: &str, workload: &str, node: &str) -> PodFinal {
-    PodFinal { name: name.into(), workload: workload.into(), node: Some(node.into()), phase: "Running".into(), ready: true, terminating: false }
+    let ip = Some(format!("10.42.0.{}", name.len() + node.len()));
+    let claims = if workload == STATEFULSET { vec![format!("data-{name}")] } else { vec![] };
+    PodFinal { name: name.into(), workload: workload.into(), node: Some(node.into()), phase: "Running".into(), ready: true, terminating: false, ip, claims }
 }
 
 fn healthy_final() -> FinalState {
@@ -33,6 +35,7 @@ fn healthy_final() -> FinalState {
             final_pod("ds-1", DAEMONSET, "node-1"),
             final_pod("ds-2", DAEMONSET, "node-2"),
             final_pod("ds-3", DAEMONSET, "node-3"),
+            final_pod("db-0", STATEFULSET, "node-1"),
         ],
         ready_nodes: vec!["node-1".into(), "node-2".into(), "node-3".into()],
         nodes: vec!["node-1".into(), "node-2".into(), "node-3".into()],
@@ -40,6 +43,10 @@ fn healthy_final() -> FinalState {
         job_complete: true,
         acknowledged_missing: vec![],
         acknowledged: 40,
+        bound_claims: vec!["data-db-0".into()],
+        service_endpoints: vec!["10.42.0.11".into(), "10.42.0.11".into()],
+        client_calls_ok: 90,
+        client_calls_failed: 10,
     }
 }
 
@@ -53,7 +60,7 @@ fn healed_run() -> SelfHealHistory {
     let mut evicted = seen(8_000, 0, "a", DEPLOYMENT, "node-1", true, 20);
     evicted.terminating = true;
     SelfHealHistory {
-        declared: Declared { replicas: 2, max_surge: 1, job_completions: 6 },
+        declared: Declared { replicas: 2, max_surge: 1, job_completions: 6, statefulset_replicas: 1 },
         pods: vec![
             seen(100, 0, "a", DEPLOYMENT, "node-1", true, 10),
             seen(110, 1, "a", DEPLOYMENT, "node-1", true, 10),
@@ -79,6 +86,7 @@ fn a_replaced_replica_is_a_valid_recovery_timed_from_the_fault() {
     assert!(r.recoveries[0].by_replacement);
     assert_eq!(r.recovery_percentile(50.0), Some(8_500));
     assert_eq!(r.max_running, 2);
+    assert_eq!(r.client_success_rate, Some(0.9));
 }
 
 #[test]
@@ -170,4 +178,50 @@ fn what_must_hold_after_healing() {
     assert!(r.violations.iter().any(|v| v.detail.contains("node node-2 has 0 DaemonSet pod(s)")), "{r}");
     assert!(r.violations.iter().any(|v| v.detail.contains("7 succeeded of 6")), "{r}");
     assert!(r.violations.iter().any(|v| v.detail.contains("web-a (Terminating on node-1)")), "{r}");
+}
+
+#[test]
+fn a_statefulset_pod_deleted_while_its_node_is_cut_off_is_two_pods_of_one_identity() {
+    let mut h = healed_run();
+    h.faults.push(NodeFault {
+        start_ms: 21_000,
+        end_ms: Some(40_000),
+        node: "node-1".into(),
+        kind: NodeFaultKind::CutFromServers,
+        what: "isolate node-1 from the servers".into(),
+    });
+    let mut gone = seen(30_000, 0, "s", STATEFULSET, "node-1", true, 40);
+    gone.kind = SeenKind::Delete;
+    gone.name = "db-0".into();
+    h.pods.push(gone.clone());
+    let r = check_self_heal(&h);
+    let v: Vec<_> = r.violations.iter().filter(|v| v.property == "identity").collect();
+    assert_eq!(v.len(), 1, "{r}");
+    assert!(v[0].detail.contains("db-0") && v[0].detail.contains("node node-1"), "{}", v[0].detail);
+    // Deleted once the node was back (it confirmed the pod dead): fine.
+    gone.at_ms = 41_000;
+    h.pods.pop();
+    h.pods.push(gone.clone());
+    assert!(check_self_heal(&h).is_valid());
+    // Deleted while its node had no power: its containers died with it.
+    h.faults.last_mut().unwrap().kind = NodeFaultKind::PowerOff;
+    gone.at_ms = 30_000;
+    h.pods.pop();
+    h.pods.push(gone);
+    let r = check_self_heal(&h);
+    assert!(!r.violations.iter().any(|v| v.property == "identity"), "{r}");
+}
+
+#[test]
+fn statefulset_identities_and_service_endpoints_after_healing() {
+    let mut h = healed_run();
+    h.final_state.bound_claims.clear();
+    h.final_state.service_endpoints.pop();
+    let r = check_self_heal(&h);
+    let props: BTreeSet<&str> = r.violations.iter().map(|v| v.property.as_str()).collect();
+    assert_eq!(props, ["endpoints", "statefulset"].into_iter().collect(), "{r}");
+    assert!(r.violations.iter().any(|v| v.detail.contains("data-db-0 not Bound")), "{r}");
+    h.final_state.pods.retain(|p| p.workload != STATEFULSET);
+    let r = check_self_heal(&h);
+    assert!(r.violations.iter().any(|v| v.detail == "db-0 does not exist after healing"), "{r}");
 }

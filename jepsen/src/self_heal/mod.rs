@@ -13,15 +13,21 @@
 //! * a fault that took Ready replicas away and after which the Deployment never had
 //!   `replicas` Ready pods on healthy nodes again; the time to that moment is the fault's
 //!   recovery figure ([`Recovery`]);
+//! * a StatefulSet pod deleted while its node was cut off or frozen (not confirmed dead):
+//!   its replacement may run beside it, two pods of one identity;
 //! * after healing: a DaemonSet without exactly one Ready pod on every Ready node, a Job
-//!   whose completions are lost or doubled, pods left Pending or Terminating, Nodes not
-//!   Ready, and acknowledged writes that are gone.
+//!   whose completions are lost or doubled, a StatefulSet identity not back (Ready, on its
+//!   own claim, Bound), a Service whose Endpoints are not exactly its Ready pods, pods left
+//!   Pending or Terminating, Nodes not Ready, and acknowledged writes that are gone.
+//!
+//! It also reports the success rate of the clients inside the cluster that called the
+//! Service throughout the run.
 
 mod check;
 
 use serde::{Deserialize, Serialize};
 
-pub use check::{check_self_heal, DAEMONSET, DEPLOYMENT};
+pub use check::{check_self_heal, DAEMONSET, DEPLOYMENT, STATEFULSET};
 
 /// How a watch event reached the recorder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,6 +86,10 @@ pub enum NodeFaultKind {
     CutFromNodes,
     /// A server (a lease holder's) was killed; `node` names the server.
     ServerKill,
+    /// A server (a lease holder's) was cut off from the other servers.
+    ServerIsolated,
+    /// The node was drained (cordoned, its pods evicted through the API).
+    Drain,
 }
 
 impl NodeFaultKind {
@@ -120,6 +130,10 @@ pub struct PodFinal {
     pub ready: bool,
     /// Being deleted.
     pub terminating: bool,
+    /// `status.podIP`.
+    pub ip: Option<String>,
+    /// The claims of its `persistentVolumeClaim` volumes.
+    pub claims: Vec<String>,
 }
 
 /// What was read once the cluster was healed and given time to converge.
@@ -139,6 +153,15 @@ pub struct FinalState {
     pub acknowledged_missing: Vec<String>,
     /// How many writes the API acknowledged.
     pub acknowledged: usize,
+    /// Bound PersistentVolumeClaims of the namespace.
+    pub bound_claims: Vec<String>,
+    /// The addresses the Deployment's Service's Endpoints list as ready.
+    pub service_endpoints: Vec<String>,
+    /// Calls of the in-cluster clients to the Service that were answered, and that
+    /// were not (from the clients' logs).
+    pub client_calls_ok: u64,
+    /// See `client_calls_ok`.
+    pub client_calls_failed: u64,
 }
 
 /// What the run declared.
@@ -150,6 +173,8 @@ pub struct Declared {
     pub max_surge: u32,
     /// The Job's completions.
     pub job_completions: u32,
+    /// The StatefulSet's replicas.
+    pub statefulset_replicas: u32,
 }
 
 /// Everything the checker judges.
@@ -195,7 +220,7 @@ pub struct SelfHealViolation {
 }
 
 /// The verdict.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SelfHealReport {
     /// Every anomaly found.
     pub violations: Vec<SelfHealViolation>,
@@ -205,6 +230,8 @@ pub struct SelfHealReport {
     pub observations: usize,
     /// The most Running, non-terminating Deployment pods any server showed at once.
     pub max_running: u32,
+    /// Share of the in-cluster clients' calls to the Service that were answered.
+    pub client_success_rate: Option<f64>,
 }
 
 impl SelfHealReport {
@@ -238,6 +265,9 @@ impl std::fmt::Display for SelfHealReport {
         )?;
         let ms = |v: Option<u64>| v.map(|m| format!("{:.1} s", m as f64 / 1000.0)).unwrap_or_else(|| "-".into());
         writeln!(f, "  recovery (fault to all replicas Ready on healthy nodes): p50 {}, p99 {}", ms(self.recovery_percentile(50.0)), ms(self.recovery_percentile(99.0)))?;
+        if let Some(rate) = self.client_success_rate {
+            writeln!(f, "  in-cluster clients calling the Service: {:.1}% of calls answered", rate * 100.0)?;
+        }
         for r in &self.recoveries {
             writeln!(
                 f,

@@ -1,4 +1,5 @@
-//! The self-heal workload: a Deployment, a DaemonSet and a Job on real nodes while the
+//! The self-heal workload: a Deployment behind a Service, a DaemonSet of clients calling
+//! it, a StatefulSet with a claim per identity and a Job on real nodes while the
 //! nemesis kills, freezes and cuts off nodes and kills the servers holding the component
 //! Leases; a watch of the pods on every server records what happened, and once the
 //! cluster is healed and has converged the checker (`keelson_jepsen::self_heal`) judges
@@ -13,9 +14,9 @@ mod observe;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Node, PersistentVolumeClaim, Pod, Service};
 use keelson_jepsen::self_heal::{Declared, FinalState, PodFinal, PodSeen};
 use kube::api::{ListParams, PostParams};
 use kube::Api;
@@ -41,13 +42,18 @@ impl SelfHealWorkload {
     pub fn for_run(time_limit: Duration) -> Self {
         let job_completions = ((time_limit.as_secs() / 4) as u32).clamp(4, 60);
         SelfHealWorkload {
-            shape: Shape { replicas: 3, job_completions, job_parallelism: 2, job_seconds: 4, toleration_seconds: 2 },
+            shape: Shape { replicas: 3, statefulset_replicas: 2, job_completions, job_parallelism: 2, job_seconds: 4, toleration_seconds: 2 },
             converge: Duration::from_secs(180),
         }
     }
 
     pub fn declared(&self) -> Declared {
-        Declared { replicas: self.shape.replicas, max_surge: objects::MAX_SURGE, job_completions: self.shape.job_completions }
+        Declared {
+            replicas: self.shape.replicas,
+            max_surge: objects::MAX_SURGE,
+            job_completions: self.shape.job_completions,
+            statefulset_replicas: self.shape.statefulset_replicas,
+        }
     }
 }
 
@@ -122,6 +128,26 @@ async fn write_acknowledged(clients: Vec<kube::Client>, stop: CancellationToken)
     acked
 }
 
+/// Every 20 s, restarts the Deployment's rollout (a new template annotation, as `kubectl
+/// rollout restart` does), so faults also hit rollouts in progress; returns how many were
+/// started.
+async fn roll_out_repeatedly(clients: Vec<kube::Client>, stop: CancellationToken) -> u32 {
+    let mut started = 0;
+    for n in 0usize.. {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(Duration::from_secs(20)) => {}
+        }
+        let api: Api<Deployment> = Api::namespaced(clients[n % clients.len()].clone(), NAMESPACE);
+        let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {"keelson.io/rollout": n.to_string()}}}}});
+        let (params, patch) = (kube::api::PatchParams::default(), kube::api::Patch::Merge(patch));
+        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(5), api.patch("web", &params, &patch)).await {
+            started += 1;
+        }
+    }
+    started
+}
+
 impl SelfHealWorkload {
     /// Declares the workloads, records until `stop`, then waits (≤ `converge`) for the
     /// healed cluster to converge and reads its final state.
@@ -144,6 +170,10 @@ impl SelfHealWorkload {
         let declared = async {
             create_namespace(&clients).await?;
             create::<Deployment>(&clients, None, objects::deployment(&self.shape)).await?;
+            create::<Service>(&clients, None, objects::service()).await?;
+            let (headless, set) = objects::statefulset(&self.shape);
+            create::<Service>(&clients, None, headless).await?;
+            create::<StatefulSet>(&clients, None, set).await?;
             create::<DaemonSet>(&clients, None, objects::daemonset()).await?;
             create::<Job>(&clients, None, objects::job(&self.shape)).await
         };
@@ -151,8 +181,13 @@ impl SelfHealWorkload {
             out.violations.push(format!("declaring the workloads failed: {e}"));
         }
         let writer = tokio::spawn(write_acknowledged(clients.clone(), stop.clone()));
+        let rollouts = tokio::spawn(roll_out_repeatedly(clients.clone(), stop.clone()));
         stop.cancelled().await;
         let acked = writer.await.unwrap_or_default();
+        match rollouts.await {
+            Ok(n) => out.notes.push(format!("{n} rollouts of the Deployment started during the run")),
+            Err(e) => out.violations.push(format!("the rollout task failed: {e}")),
+        }
         let converged = Instant::now();
         let final_state = loop {
             let state = read_final(&clients).await;
@@ -193,10 +228,12 @@ impl SelfHealWorkload {
     fn converged(&self, s: &FinalState) -> bool {
         let deployment = s.pods.iter().filter(|p| p.workload == "deployment" && p.ready && !p.terminating).count() as u32;
         let daemons = s.pods.iter().filter(|p| p.workload == "daemonset" && p.ready && !p.terminating).count();
+        let identities = s.pods.iter().filter(|p| p.workload == "statefulset" && p.ready && !p.terminating).count() as u32;
         let settled = s.pods.iter().all(|p| !p.terminating && p.phase != "Pending");
         s.ready_nodes.len() == s.nodes.len()
             && deployment == self.shape.replicas
             && daemons == s.nodes.len()
+            && identities == self.shape.statefulset_replicas
             && s.job_complete
             && settled
     }
@@ -216,29 +253,26 @@ where
     None
 }
 
-/// The workload's pods, the Nodes and the Job, through the first server that answers.
+/// The workload's pods, the Nodes, the Job, the claims, the Service's Endpoints and the
+/// clients' call counts, through the first server that answers.
 async fn read_final(clients: &[kube::Client]) -> Option<FinalState> {
     for c in clients {
         let read = async {
             let pods = Api::<Pod>::namespaced(c.clone(), NAMESPACE).list(&ListParams::default().labels(objects::WORKLOAD_LABEL)).await?;
             let nodes = Api::<Node>::all(c.clone()).list(&ListParams::default()).await?;
             let job = Api::<Job>::namespaced(c.clone(), NAMESPACE).get_opt("work").await?;
-            Ok::<_, kube::Error>((pods, nodes, job))
+            let claims = Api::<PersistentVolumeClaim>::namespaced(c.clone(), NAMESPACE).list(&ListParams::default()).await?;
+            let endpoints = Api::<Endpoints>::namespaced(c.clone(), NAMESPACE).get_opt("web").await?;
+            Ok::<_, kube::Error>((pods, nodes, job, claims, endpoints))
         };
-        let Ok(Ok((pods, nodes, job))) = tokio::time::timeout(Duration::from_secs(5), read).await else { continue };
+        let Ok(Ok((pods, nodes, job, claims, endpoints))) = tokio::time::timeout(Duration::from_secs(5), read).await else { continue };
         let ready = |n: &Node| {
             n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
         };
         let job_status = job.and_then(|j| j.status);
+        let (calls_ok, calls_failed) = client_calls(c, &pods.items).await;
         return Some(FinalState {
-            pods: pods
-                .items
-                .iter()
-                .map(|p| {
-                    let s = observe::seen(p, keelson_jepsen::self_heal::SeenKind::Apply, 0, 0);
-                    PodFinal { name: s.name, workload: s.workload, node: s.node, phase: s.phase, ready: s.ready, terminating: s.terminating }
-                })
-                .collect(),
+            pods: pods.items.iter().map(pod_final).collect(),
             ready_nodes: nodes.items.iter().filter(|n| ready(n)).filter_map(|n| n.metadata.name.clone()).collect(),
             nodes: nodes.items.iter().filter_map(|n| n.metadata.name.clone()).collect(),
             job_succeeded: job_status.as_ref().and_then(|s| s.succeeded).unwrap_or(0) as u32,
@@ -248,7 +282,49 @@ async fn read_final(clients: &[kube::Client]) -> Option<FinalState> {
                 .is_some_and(|c| c.iter().any(|c| c.type_ == "Complete" && c.status == "True")),
             acknowledged_missing: Vec::new(),
             acknowledged: 0,
+            bound_claims: claims
+                .items
+                .iter()
+                .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+                .filter_map(|c| c.metadata.name.clone())
+                .collect(),
+            service_endpoints: endpoints
+                .and_then(|e| e.subsets)
+                .into_iter()
+                .flatten()
+                .flat_map(|s| s.addresses.unwrap_or_default())
+                .map(|a| a.ip)
+                .collect(),
+            client_calls_ok: calls_ok,
+            client_calls_failed: calls_failed,
         });
     }
     None
+}
+
+fn pod_final(p: &Pod) -> PodFinal {
+    let s = observe::seen(p, keelson_jepsen::self_heal::SeenKind::Apply, 0, 0);
+    let claims = p
+        .spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| v.persistent_volume_claim.as_ref().map(|c| c.claim_name.clone()))
+        .collect();
+    let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
+    PodFinal { name: s.name, workload: s.workload, node: s.node, phase: s.phase, ready: s.ready, terminating: s.terminating, ip, claims }
+}
+
+/// The calls the clients (the DaemonSet's pods still there) answered and did not, from
+/// their logs.
+async fn client_calls(client: &kube::Client, pods: &[Pod]) -> (u64, u64) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let (mut ok, mut failed) = (0, 0);
+    let daemons = pods.iter().filter(|p| p.metadata.labels.as_ref().and_then(|l| l.get(objects::WORKLOAD_LABEL)).map(String::as_str) == Some("daemonset"));
+    for p in daemons {
+        let Some(name) = p.metadata.name.as_deref() else { continue };
+        let Ok(Ok(log)) = tokio::time::timeout(Duration::from_secs(10), api.logs(name, &Default::default())).await else { continue };
+        ok += log.lines().filter(|l| *l == objects::CALL_OK).count() as u64;
+        failed += log.lines().filter(|l| *l == objects::CALL_FAILED).count() as u64;
+    }
+    (ok, failed)
 }

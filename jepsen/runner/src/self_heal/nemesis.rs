@@ -47,20 +47,18 @@ pub async fn follow_holders(clients: Vec<kube::Client>, servers: Vec<String>, ho
     }
 }
 
-/// A retarget for `keelson_chaos::run_nemesis_retargeted`: `Kill(Holder)` hits the
-/// holders of [`COMPONENT_LEASES`] in turn (left unresolved, and so failing, while that
-/// Lease has no holder).
+/// A retarget for `keelson_chaos::run_nemesis_retargeted`: `Kill(Holder)` and
+/// `IsolateNode(Holder)` hit the holders of [`COMPONENT_LEASES`] in turn (left unresolved,
+/// and so failing, while that Lease has no holder).
 pub fn retarget(holders: Holders) -> impl Fn(Fault) -> Fault {
     let turn = AtomicUsize::new(0);
-    move |f| match f {
-        Fault::Kill(Target::Holder) => {
-            let i = turn.fetch_add(1, Ordering::Relaxed) % COMPONENT_LEASES.len();
-            match holders.get(i) {
-                Some(s) => Fault::Kill(Target::Node(s)),
-                None => f,
-            }
+    move |f| {
+        let holder = || holders.get(turn.fetch_add(1, Ordering::Relaxed) % COMPONENT_LEASES.len());
+        match f {
+            Fault::Kill(Target::Holder) => holder().map(|s| Fault::Kill(Target::Node(s))).unwrap_or(f),
+            Fault::IsolateNode(Target::Holder) => holder().map(|s| Fault::IsolateNode(Target::Node(s))).unwrap_or(f),
+            other => other,
         }
-        other => other,
     }
 }
 
@@ -93,7 +91,11 @@ pub fn node_faults(events: &[NemesisEvent], offset: Duration) -> Vec<NodeFault> 
             faults.push(start(n, NodeFaultKind::CutFromNodes));
         } else if let Some(n) = name_after(w, "kill ") {
             faults.push(start(n, NodeFaultKind::ServerKill));
-        } else if let Some(n) = name_after(w, "restart ").or_else(|| name_after(w, "resume ")) {
+        } else if let Some(n) = w.strip_prefix("isolate ").and_then(|r| r.strip_suffix(" from every other server")) {
+            faults.push(start(n, NodeFaultKind::ServerIsolated));
+        } else if let Some(n) = name_after(w, "drain ") {
+            faults.push(start(n, NodeFaultKind::Drain));
+        } else if let Some(n) = name_after(w, "restart ").or_else(|| name_after(w, "resume ")).or_else(|| name_after(w, "uncordon ")) {
             end_open(&mut faults, at, &|f| f.node == n);
         } else if w.starts_with("heal network") {
             end_open(&mut faults, at, &|f| matches!(f.kind, NodeFaultKind::CutFromServers | NodeFaultKind::CutFromNodes));
@@ -123,6 +125,9 @@ mod tests {
             ev(12_000, "heal network (1 cut(s) removed)"),
             ev(13_000, "isolate node-1 from the other nodes"),
             ev(14_000, "kill n1 (pid 44)"),
+            ev(15_000, "isolate n2 from every other server"),
+            ev(16_000, "drain node-3 (2 pods evicted)"),
+            ev(18_000, "uncordon node-3"),
             ev(20_000, "heal all (…)"),
             NemesisEvent { ok: false, ..ev(21_000, "power off a random node FAILED: no eligible node") },
         ];
@@ -136,6 +141,8 @@ mod tests {
                 ("node-3", NodeFaultKind::CutFromServers, 10_100, Some(12_100)),
                 ("node-1", NodeFaultKind::CutFromNodes, 13_100, Some(20_100)),
                 ("n1", NodeFaultKind::ServerKill, 14_100, Some(20_100)),
+                ("n2", NodeFaultKind::ServerIsolated, 15_100, Some(20_100)),
+                ("node-3", NodeFaultKind::Drain, 16_100, Some(18_100)),
             ]
         );
     }
@@ -147,6 +154,7 @@ mod tests {
         let r = retarget(holders.clone());
         assert_eq!(r(Fault::Kill(Target::Holder)), Fault::Kill(Target::Node(2)));
         assert_eq!(r(Fault::Kill(Target::Holder)), Fault::Kill(Target::Node(0)));
+        assert_eq!(r(Fault::IsolateNode(Target::Holder)), Fault::IsolateNode(Target::Node(2)));
         assert_eq!(r(Fault::Kill(Target::Random)), Fault::Kill(Target::Random));
         *holders.0.lock().unwrap() = [None, None];
         assert_eq!(r(Fault::Kill(Target::Holder)), Fault::Kill(Target::Holder));
