@@ -101,7 +101,7 @@ pub(crate) async fn serve(
             if rv == "0" {
                 lq.insert("resourceVersion".to_string(), "0".to_string());
             }
-            let listed = list::list(&state.registry, &rr, &lq, &spec.selectors).await?;
+            let listed = list::list(&state.registry, Some(&state.watch_cache), &rr, &lq, &spec.selectors).await?;
             if initial {
                 for s in &listed.items {
                     first.push(spec.event("ADDED", s.obj.clone()));
@@ -300,10 +300,10 @@ async fn follow_feed(spec: &WatchSpec, joined: Joined, from: Revision, tx: &mpsc
             FeedEvent::Progress(rev) if *rev < from - 1 => None,
             FeedEvent::Change(c) if spec.range.contains(&c.key) => {
                 if plain {
-                    let (ty, obj) = classify(spec, c.previous.as_ref(), c.object.as_ref())?;
+                    let (ty, obj) = classify(spec, c.previous.as_ref(), c.object.as_deref().map(|s| &s.obj))?;
                     return Some(c.plain_line.get_or_init(|| line(&json!({"type": ty, "object": obj}))).clone());
                 }
-                classify(spec, c.previous.as_ref(), c.object.as_ref()).map(|(ty, obj)| line(&spec.event(ty, obj.clone())))
+                classify(spec, c.previous.as_ref(), c.object.as_deref().map(|s| &s.obj)).map(|(ty, obj)| line(&spec.event(ty, obj.clone())))
             }
             FeedEvent::Progress(rev) if spec.bookmarks => Some(line(&spec.bookmark(*rev))),
             _ => None,
