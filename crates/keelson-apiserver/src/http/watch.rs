@@ -1,7 +1,8 @@
 //! WATCH: a stream of `{"type":…,"object":…}` lines from the store's watch.
 //!
 //! resourceVersion semantics: unset → the current state as synthetic ADDED events
-//! (read linearizably), then changes; `0` → the same from this replica's state; `N` →
+//! (a consistent list: at least the store's revision at the start, usually from the
+//! watch cache), then changes; `0` → the same from this replica's state; `N` →
 //! every change after N. `sendInitialEvents=true` also starts with the state and, with
 //! bookmarks allowed, ends it with a bookmark annotated `k8s.io/initial-events-end`.
 //! A compacted N gets an ERROR event carrying a 410 Status.
