@@ -251,8 +251,7 @@ fn parse_rv(s: &str) -> Result<Revision, ApiError> {
 }
 
 /// A list response's body, with the keys in the order `serde_json::Value` writes them
-/// (sorted), serialized from the items in place: a list of shared cached objects is
-/// never copied to be rendered.
+/// (sorted), so the bytes are what the list as a `Value` would serialize to.
 #[derive(Serialize)]
 struct ListBody<'a, T: Serialize> {
     #[serde(rename = "apiVersion")]
@@ -270,11 +269,31 @@ fn list_metadata(listed: &Listed) -> Value {
     metadata
 }
 
-/// The `<Kind>List` object, serialized.
+/// The `<Kind>List` object, serialized. Each item's JSON is its own serialized form
+/// ([`Stored::json`]): a watch cache object listed again is not serialized again, and
+/// no item is copied.
 pub fn list_body(def: &ResourceDef, listed: &Listed) -> Vec<u8> {
-    let items: Vec<&Value> = listed.items.iter().map(|s| &s.obj).collect();
-    let body = ListBody { api_version: &def.api_version(), items, kind: &format!("{}List", def.kind), metadata: list_metadata(listed) };
-    serde_json::to_vec(&body).expect("JSON values serialize")
+    fn to_json<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
+        serde_json::to_vec(v).expect("JSON values serialize")
+    }
+    let (api_version, kind) = (def.api_version(), format!("{}List", def.kind));
+    let total: usize = listed.items.iter().map(|s| s.json().len() + 1).sum();
+    let mut out = Vec::with_capacity(total + 256);
+    out.extend_from_slice(b"{\"apiVersion\":");
+    out.extend_from_slice(&to_json(api_version.as_str()));
+    out.extend_from_slice(b",\"items\":[");
+    for (i, s) in listed.items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(s.json());
+    }
+    out.extend_from_slice(b"],\"kind\":");
+    out.extend_from_slice(&to_json(kind.as_str()));
+    out.extend_from_slice(b",\"metadata\":");
+    out.extend_from_slice(&to_json(&list_metadata(listed)));
+    out.push(b'}');
+    out
 }
 
 /// The `PartialObjectMetadataList` of a list, serialized.
@@ -343,7 +362,7 @@ mod tests {
     #[test]
     fn list_bodies_render_as_the_value_would() {
         let pods = crate::catalog::lookup("", "v1", "pods").unwrap();
-        let item = Arc::new(Stored { obj: json!({"metadata": {"name": "a", "resourceVersion": "3", "labels": {"x": "y"}}, "spec": {}}), rv: 3 });
+        let item = Arc::new(Stored::new(json!({"metadata": {"name": "a", "resourceVersion": "3", "labels": {"x": "y"}, "annotations": {"q": "a \"quoted\" ü"}}, "spec": {}}), 3));
         let listed = Listed { items: vec![item.clone()], revision: 9, continue_token: Some("tok".into()) };
         let expected = json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "9", "continue": "tok"}, "items": [item.obj.clone()]});
         assert_eq!(list_body(pods, &listed), serde_json::to_vec(&expected).unwrap());

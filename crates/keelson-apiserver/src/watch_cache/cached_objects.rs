@@ -59,8 +59,9 @@ impl CachedObjects {
 
     /// The sum of the cached keys' and stored values' lengths: the size of the resource
     /// as the store holds it (ciphertext for encrypted resources). The decoded JSON trees
-    /// in memory take a few times this; it is a gauge to compare resources and follow
-    /// growth, not an allocator's count.
+    /// in memory take a few times this, and a listed object also keeps its serialized JSON
+    /// (about its stored size again); it is a gauge to compare resources and follow growth,
+    /// not an allocator's count.
     pub fn approx_bytes(&self) -> usize {
         self.approx_bytes
     }
@@ -102,7 +103,7 @@ mod tests {
     use super::*;
 
     fn stored(name: &str, app: &str, rv: i64) -> Arc<Stored> {
-        Arc::new(Stored { obj: json!({"metadata": {"name": name, "labels": {"app": app}, "resourceVersion": rv.to_string()}}), rv })
+        Arc::new(Stored::new(json!({"metadata": {"name": name, "labels": {"app": app}, "resourceVersion": rv.to_string()}}), rv))
     }
 
     fn names(p: &CachedPage) -> Vec<&str> {
