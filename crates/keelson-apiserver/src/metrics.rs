@@ -1,6 +1,7 @@
 //! API server metrics in the Prometheus text format (`GET /metrics`, the Prometheus
 //! project's `prometheus-client`): requests by verb, resource and code, request latency
-//! histograms by verb, open watches.
+//! histograms by verb, open watches, and the watch cache (objects and approximate bytes
+//! kept per resource, lists it served, lists it handed back to the store).
 
 use std::time::Duration;
 
@@ -35,6 +36,46 @@ impl Drop for InflightGuard {
     }
 }
 
+/// A resource of the watch cache, named `<group|core>/<plural>` (its store key prefix).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CachedResource {
+    resource: String,
+}
+
+/// The watch cache's metrics, shared by every feed of one API server.
+#[derive(Clone, Default)]
+pub struct WatchCacheMetrics {
+    objects: Family<CachedResource, Gauge>,
+    bytes: Family<CachedResource, Gauge>,
+    lists: Family<CachedResource, Counter>,
+    store_fallbacks: Family<CachedResource, Counter>,
+}
+
+/// The gauges of one feed.
+#[derive(Clone)]
+pub struct FeedGauges {
+    pub objects: Gauge,
+    pub bytes: Gauge,
+}
+
+impl WatchCacheMetrics {
+    pub fn feed_gauges(&self, resource: &str) -> FeedGauges {
+        let r = CachedResource { resource: resource.into() };
+        FeedGauges { objects: self.objects.get_or_create(&r).clone(), bytes: self.bytes.get_or_create(&r).clone() }
+    }
+
+    /// A list answered from the cache.
+    pub fn list_served(&self, resource: &str) {
+        self.lists.get_or_create(&CachedResource { resource: resource.into() }).inc();
+    }
+
+    /// A list the cache could have answered but did not (not started, or not caught up
+    /// in time): it went to the store.
+    pub fn list_fell_back(&self, resource: &str) {
+        self.store_fallbacks.get_or_create(&CachedResource { resource: resource.into() }).inc();
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Verb {
     verb: String,
@@ -47,6 +88,7 @@ pub struct ApiMetrics {
     watches: Gauge,
     inflight: Family<Kind, Gauge>,
     dropped: Family<Kind, Counter>,
+    watch_cache: WatchCacheMetrics,
 }
 
 impl Default for ApiMetrics {
@@ -63,7 +105,16 @@ impl Default for ApiMetrics {
         let dropped = Family::<Kind, Counter>::default();
         registry.register("apiserver_current_inflight_requests", "Requests being served, by kind (readOnly, mutating; long-running ones not counted)", inflight.clone());
         registry.register("apiserver_dropped_requests", "Requests refused with 429 by the max-in-flight filter, by kind", dropped.clone());
-        Self { registry, requests, latency, watches, inflight, dropped }
+        let watch_cache = WatchCacheMetrics::default();
+        registry.register("apiserver_watch_cache_resource_objects", "Objects kept by the watch cache, by resource", watch_cache.objects.clone());
+        registry.register(
+            "apiserver_watch_cache_resource_bytes",
+            "Approximate memory of the watch cache's objects, by resource: their keys and stored (serialized) values; the decoded objects take a few times this",
+            watch_cache.bytes.clone(),
+        );
+        registry.register("apiserver_cache_list", "Lists served from the watch cache, by resource", watch_cache.lists.clone());
+        registry.register("apiserver_cache_list_store_fallback", "Lists the watch cache handed to the store (cache not ready or not caught up in time), by resource", watch_cache.store_fallbacks.clone());
+        Self { registry, requests, latency, watches, inflight, dropped, watch_cache }
     }
 }
 
@@ -86,6 +137,11 @@ impl ApiMetrics {
     /// A request of `kind` refused as too many.
     pub fn dropped(&self, kind: &'static str) {
         self.dropped.get_or_create(&Kind { request_kind: kind }).inc();
+    }
+
+    /// The handles the watch cache updates.
+    pub fn watch_cache(&self) -> WatchCacheMetrics {
+        self.watch_cache.clone()
     }
 
     pub fn watch_opened(&self) {
@@ -131,5 +187,22 @@ mod tests {
         assert!(t.contains("apiserver_request_total{verb=\"watch\",resource=\"pods\",code=\"200\"} 1"), "{t}");
         assert!(!t.contains("verb=\"watch\"}"), "watches are not timed: {t}");
         assert!(t.contains("apiserver_watches 0"), "{t}");
+    }
+
+    #[test]
+    fn watch_cache_gauges_and_counters_by_resource() {
+        let m = ApiMetrics::default();
+        let c = m.watch_cache();
+        let g = c.feed_gauges("core/configmaps");
+        g.objects.set(3);
+        g.bytes.set(1200);
+        c.list_served("core/configmaps");
+        c.list_served("core/configmaps");
+        c.list_fell_back("apps/deployments");
+        let t = m.render();
+        assert!(t.contains("apiserver_watch_cache_resource_objects{resource=\"core/configmaps\"} 3"), "{t}");
+        assert!(t.contains("apiserver_watch_cache_resource_bytes{resource=\"core/configmaps\"} 1200"), "{t}");
+        assert!(t.contains("apiserver_cache_list_total{resource=\"core/configmaps\"} 2"), "{t}");
+        assert!(t.contains("apiserver_cache_list_store_fallback_total{resource=\"apps/deployments\"} 1"), "{t}");
     }
 }

@@ -17,11 +17,33 @@ use crate::encryption::{encrypts, SecretsCipher};
 use crate::error::ApiError;
 
 /// An object as read from the store.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Stored {
     pub obj: Value,
     /// The key's mod_revision: the object's resourceVersion.
     pub rv: Revision,
+    /// `obj` serialized, made on first use by a list response. Only lists fill it, and
+    /// only for objects they no longer change: the watch cache's shared, immutable ones,
+    /// which are then serialized once for every list that returns them.
+    json: std::sync::OnceLock<bytes::Bytes>,
+}
+
+impl Stored {
+    pub fn new(obj: Value, rv: Revision) -> Self {
+        Self { obj, rv, json: std::sync::OnceLock::new() }
+    }
+
+    /// `obj` as JSON, serialized once.
+    pub fn json(&self) -> &bytes::Bytes {
+        self.json.get_or_init(|| serde_json::to_vec(&self.obj).expect("JSON values serialize").into())
+    }
+}
+
+/// A clone may be changed: it does not keep the serialized form.
+impl Clone for Stored {
+    fn clone(&self) -> Self {
+        Self::new(self.obj.clone(), self.rv)
+    }
 }
 
 /// One page of a list.
@@ -85,7 +107,7 @@ fn decode_bytes(kv: &KeyValue, value: &[u8]) -> Result<Stored, ApiError> {
     let mut obj: Value = serde_json::from_slice(value)
         .map_err(|e| ApiError::Internal(format!("stored object {} is corrupt: {e}", String::from_utf8_lossy(&kv.key))))?;
     set_resource_version(&mut obj, kv.mod_revision);
-    Ok(Stored { obj, rv: kv.mod_revision })
+    Ok(Stored::new(obj, kv.mod_revision))
 }
 
 pub fn set_resource_version(obj: &mut Value, rv: Revision) {

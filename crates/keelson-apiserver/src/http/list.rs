@@ -1,7 +1,10 @@
-//! LIST: selectors, pagination at one consistent revision, resourceVersion semantics,
-//! and the Table representation.
+//! LIST: selectors, pagination at one consistent revision, resourceVersion semantics
+//! (served from the watch cache where Kubernetes' cacher serves them), and the list
+//! representations.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use base64::Engine;
 use keelson_apimachinery::fields::FieldSelector;
@@ -16,6 +19,7 @@ use crate::catalog::ResourceDef;
 use crate::error::ApiError;
 use crate::registry::Registry;
 use crate::storage::{list_prefix, object_key, Stored};
+use crate::watch_cache::{FeedPage, WatchCache};
 
 /// The filters of a list or watch.
 #[derive(Clone, Debug)]
@@ -76,58 +80,151 @@ fn decode_continue(s: &str) -> Result<(Revision, Vec<u8>), ApiError> {
     Ok((t.rv, key))
 }
 
-/// The result of a list.
+/// The result of a list. The items are shared with the watch cache when it served the
+/// list: render them, do not copy them.
 pub struct Listed {
-    pub items: Vec<Stored>,
+    pub items: Vec<Arc<Stored>>,
     pub revision: Revision,
     pub continue_token: Option<String>,
 }
 
-/// Runs a list with the request's query: selectors, `limit`/`continue`,
-/// `resourceVersion` and `resourceVersionMatch`.
-pub async fn list(registry: &Registry, rr: &ResourceRequest, q: &HashMap<String, String>, sel: &Selectors) -> Result<Listed, ApiError> {
-    let limit = query_i64(q, "limit")?.filter(|l| *l > 0).map(|l| l as u64);
-    let rv = q.get("resourceVersion").map(String::as_str).unwrap_or("");
-    let rv_match = q.get("resourceVersionMatch").map(String::as_str).unwrap_or("");
-    let prefix = list_prefix(rr.def, rr.namespace.as_deref());
-    let (mut revision, mut after, serializable) = match q.get("continue").filter(|c| !c.is_empty()) {
-        Some(c) => {
+/// Longest a list waits for the watch cache to reach the revision it needs before it is
+/// served from the store (Kubernetes' cacher waits 3 s too).
+pub const CACHE_WAIT_BOUND: Duration = Duration::from_secs(3);
+
+/// Which state a list reads, by its `resourceVersion`, `resourceVersionMatch` and
+/// `continue` parameters.
+#[derive(Debug, PartialEq, Eq)]
+enum ListRead {
+    /// No resourceVersion: a revision at least the store's current one at the request's
+    /// start (a consistent read).
+    Consistent,
+    /// `resourceVersion=0`: any revision this server has.
+    Any,
+    /// `resourceVersion=N` (NotOlderThan, or no match given): a revision ≥ N.
+    NotOlderThan(Revision),
+    /// `resourceVersionMatch=Exact`: exactly revision N, from the store's MVCC history.
+    Exact(Revision),
+    /// A continue token: the first page's revision after its last key, from the store.
+    Continue { revision: Revision, after: Vec<u8> },
+}
+
+impl ListRead {
+    fn from_query(q: &HashMap<String, String>) -> Result<Self, ApiError> {
+        let rv = q.get("resourceVersion").map(String::as_str).unwrap_or("");
+        let rv_match = q.get("resourceVersionMatch").map(String::as_str).unwrap_or("");
+        if let Some(c) = q.get("continue").filter(|c| !c.is_empty()) {
             if !rv.is_empty() {
                 return Err(ApiError::BadRequest("specifying resource version is not allowed when using continue".into()));
             }
-            let (rev, key) = decode_continue(c)?;
-            if !key.starts_with(&prefix) {
-                return Err(ApiError::BadRequest("continue key is not valid: it belongs to another list".into()));
-            }
-            (rev, Some(key), true)
+            let (revision, after) = decode_continue(c)?;
+            return Ok(ListRead::Continue { revision, after });
         }
-        None => match (rv, rv_match) {
-            ("", "") => (0, None, false),
-            ("", m) => return Err(ApiError::BadRequest(format!("resourceVersionMatch {m:?} is forbidden unless resourceVersion is provided"))),
-            ("0", "" | "NotOlderThan") => (0, None, true),
-            (n, "Exact") => (parse_rv(n)?, None, true),
-            (n, "" | "NotOlderThan") => {
-                parse_rv(n)?;
-                (0, None, false)
-            }
-            (_, m) => return Err(ApiError::BadRequest(format!("unsupported resourceVersionMatch {m:?}: supported values are Exact, NotOlderThan"))),
-        },
-    };
-    // A name pinned by the field selector narrows the read to one key.
-    if let Some(name) = sel.pinned_name() {
-        if rr.namespace.is_some() || !rr.def.namespaced {
-            let key = object_key(rr.def, rr.namespace.as_deref(), name);
-            let page = registry.store.list_page(&key, None, revision, 1, serializable).await?;
-            let items = page.items.into_iter().filter(|s| s.obj.pointer("/metadata/name").and_then(Value::as_str) == Some(name) && sel.matches(&s.obj)).collect();
-            return Ok(Listed { items, revision: page.revision, continue_token: None });
+        match (rv, rv_match) {
+            ("", "") => Ok(ListRead::Consistent),
+            ("", m) => Err(ApiError::BadRequest(format!("resourceVersionMatch {m:?} is forbidden unless resourceVersion is provided"))),
+            ("0", "" | "NotOlderThan") => Ok(ListRead::Any),
+            (n, "Exact") => Ok(ListRead::Exact(parse_rv(n)?)),
+            (n, "" | "NotOlderThan") => Ok(ListRead::NotOlderThan(parse_rv(n)?)),
+            (_, m) => Err(ApiError::BadRequest(format!("unsupported resourceVersionMatch {m:?}: supported values are Exact, NotOlderThan"))),
         }
     }
+
+    /// The store read of this list: (revision, start after this key, serializable).
+    fn store_read(self) -> (Revision, Option<Vec<u8>>, bool) {
+        match self {
+            ListRead::Consistent | ListRead::NotOlderThan(_) => (0, None, false),
+            ListRead::Any => (0, None, true),
+            ListRead::Exact(n) => (n, None, true),
+            ListRead::Continue { revision, after } => (revision, Some(after), true),
+        }
+    }
+}
+
+/// Runs a list with the request's query: selectors, `limit`/`continue`,
+/// `resourceVersion` and `resourceVersionMatch`. Lists that need no exact past revision
+/// are served from the watch cache when one is given and it has reached the revision
+/// they need; the others, and those the cache cannot serve in time, read the store.
+pub async fn list(registry: &Registry, cache: Option<&Arc<WatchCache>>, rr: &ResourceRequest, q: &HashMap<String, String>, sel: &Selectors) -> Result<Listed, ApiError> {
+    let limit = query_i64(q, "limit")?.filter(|l| *l > 0).map(|l| l as u64);
+    let read = ListRead::from_query(q)?;
+    let prefix = list_prefix(rr.def, rr.namespace.as_deref());
+    if let ListRead::Continue { after, .. } = &read {
+        if !after.starts_with(&prefix) {
+            return Err(ApiError::BadRequest("continue key is not valid: it belongs to another list".into()));
+        }
+    }
+    // A name pinned by the field selector narrows the read to one key, in the store.
+    let pinned = sel.pinned_name().filter(|_| rr.namespace.is_some() || !rr.def.namespaced);
+    if let (Some(cache), None) = (cache, pinned) {
+        let needed = match read {
+            ListRead::Consistent => Some(registry.store.current_revision().await?),
+            ListRead::Any => Some(0),
+            ListRead::NotOlderThan(n) => Some(n),
+            ListRead::Exact(_) | ListRead::Continue { .. } => None,
+        };
+        if let Some(needed) = needed {
+            if let Some(listed) = list_from_cache(cache, rr, &prefix, needed, limit, sel).await {
+                return Ok(listed);
+            }
+        }
+    }
+    let (revision, after, serializable) = read.store_read();
+    if let Some(name) = pinned {
+        let key = object_key(rr.def, rr.namespace.as_deref(), name);
+        let page = registry.store.list_page(&key, None, revision, 1, serializable).await?;
+        let items = page
+            .items
+            .into_iter()
+            .filter(|s| s.obj.pointer("/metadata/name").and_then(Value::as_str) == Some(name) && sel.matches(&s.obj))
+            .map(Arc::new)
+            .collect();
+        return Ok(Listed { items, revision: page.revision, continue_token: None });
+    }
+    list_from_store(registry, &prefix, revision, after, serializable, limit, sel).await
+}
+
+/// The list from the watch cache once its feed has reached `needed`; `None` when the
+/// cache cannot serve it (feed not started or stopped, or not there within
+/// [`CACHE_WAIT_BOUND`]).
+async fn list_from_cache(cache: &Arc<WatchCache>, rr: &ResourceRequest, prefix: &[u8], needed: Revision, limit: Option<u64>, sel: &Selectors) -> Option<Listed> {
+    let feed = match cache.feed(rr.def.key_prefix().as_bytes()).await {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::debug!(error = %e, "watch cache unavailable; listing from the store");
+            return None;
+        }
+    };
+    let served = match feed.wait_reached(needed, CACHE_WAIT_BOUND).await {
+        true => feed.page(prefix, None, limit.unwrap_or(0) as usize, |o| sel.matches(o)),
+        false => None,
+    };
+    let Some(FeedPage { page, revision }) = served else {
+        tracing::debug!(needed, "watch cache not caught up; listing from the store");
+        cache.metrics().list_fell_back(feed.resource());
+        return None;
+    };
+    cache.metrics().list_served(feed.resource());
+    let continue_token = page.next_after.map(|k| encode_continue(revision, &k));
+    Some(Listed { items: page.items, revision, continue_token })
+}
+
+/// The list from the store at `revision` (0 = latest), after the key `after`.
+async fn list_from_store(
+    registry: &Registry,
+    prefix: &[u8],
+    mut revision: Revision,
+    mut after: Option<Vec<u8>>,
+    serializable: bool,
+    limit: Option<u64>,
+    sel: &Selectors,
+) -> Result<Listed, ApiError> {
     let mut items = Vec::new();
     loop {
         let want = limit.map(|l| l - items.len() as u64).unwrap_or(0);
         let page = registry
             .store
-            .list_page(&prefix, after.as_deref(), revision, want, serializable || revision > 0)
+            .list_page(prefix, after.as_deref(), revision, want, serializable || revision > 0)
             .await
             .map_err(|e| match e {
                 ApiError::Gone(_) if after.is_some() => ApiError::Gone(
@@ -136,7 +233,7 @@ pub async fn list(registry: &Registry, rr: &ResourceRequest, q: &HashMap<String,
                 e => e,
             })?;
         revision = page.revision;
-        items.extend(page.items.into_iter().filter(|s| sel.matches(&s.obj)));
+        items.extend(page.items.into_iter().filter(|s| sel.matches(&s.obj)).map(Arc::new));
         after = page.next_after;
         let full = limit.is_some_and(|l| items.len() as u64 >= l);
         if after.is_none() || full {
@@ -153,18 +250,57 @@ fn parse_rv(s: &str) -> Result<Revision, ApiError> {
         .ok_or_else(|| ApiError::BadRequest(format!("invalid resource version {s:?}")))
 }
 
-/// The `<Kind>List` object.
-pub fn list_object(def: &ResourceDef, listed: &Listed) -> Value {
+/// A list response's body, with the keys in the order `serde_json::Value` writes them
+/// (sorted), so the bytes are what the list as a `Value` would serialize to.
+#[derive(Serialize)]
+struct ListBody<'a, T: Serialize> {
+    #[serde(rename = "apiVersion")]
+    api_version: &'a str,
+    items: T,
+    kind: &'a str,
+    metadata: Value,
+}
+
+fn list_metadata(listed: &Listed) -> Value {
     let mut metadata = json!({"resourceVersion": listed.revision.to_string()});
     if let Some(c) = &listed.continue_token {
         metadata["continue"] = json!(c);
     }
-    json!({
-        "kind": format!("{}List", def.kind),
-        "apiVersion": def.api_version(),
-        "metadata": metadata,
-        "items": listed.items.iter().map(|s| s.obj.clone()).collect::<Vec<_>>(),
-    })
+    metadata
+}
+
+/// The `<Kind>List` object, serialized. Each item's JSON is its own serialized form
+/// ([`Stored::json`]): a watch cache object listed again is not serialized again, and
+/// no item is copied.
+pub fn list_body(def: &ResourceDef, listed: &Listed) -> Vec<u8> {
+    fn to_json<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
+        serde_json::to_vec(v).expect("JSON values serialize")
+    }
+    let (api_version, kind) = (def.api_version(), format!("{}List", def.kind));
+    let total: usize = listed.items.iter().map(|s| s.json().len() + 1).sum();
+    let mut out = Vec::with_capacity(total + 256);
+    out.extend_from_slice(b"{\"apiVersion\":");
+    out.extend_from_slice(&to_json(api_version.as_str()));
+    out.extend_from_slice(b",\"items\":[");
+    for (i, s) in listed.items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(s.json());
+    }
+    out.extend_from_slice(b"],\"kind\":");
+    out.extend_from_slice(&to_json(kind.as_str()));
+    out.extend_from_slice(b",\"metadata\":");
+    out.extend_from_slice(&to_json(&list_metadata(listed)));
+    out.push(b'}');
+    out
+}
+
+/// The `PartialObjectMetadataList` of a list, serialized.
+pub fn metadata_list_body(listed: &Listed) -> Vec<u8> {
+    let items: Vec<Value> = listed.items.iter().map(|s| super::negotiate::partial_metadata(&s.obj)).collect();
+    let body = ListBody { api_version: "meta.k8s.io/v1", items, kind: "PartialObjectMetadataList", metadata: list_metadata(listed) };
+    serde_json::to_vec(&body).expect("JSON values serialize")
 }
 
 pub fn now_unix() -> i64 {
@@ -192,6 +328,48 @@ mod tests {
         assert_eq!(decode_continue("%%%").unwrap_err().code(), 400);
         let odd = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(br#"{"rv":1,"start":"abc"}"#);
         assert!(decode_continue(&odd).is_err());
+    }
+
+    fn read(pairs: &[(&str, &str)]) -> Result<ListRead, ApiError> {
+        ListRead::from_query(&pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    }
+
+    #[test]
+    fn resource_versions_choose_the_read() {
+        assert_eq!(read(&[]).unwrap(), ListRead::Consistent);
+        assert_eq!(read(&[("resourceVersion", "0")]).unwrap(), ListRead::Any);
+        assert_eq!(read(&[("resourceVersion", "0"), ("resourceVersionMatch", "NotOlderThan")]).unwrap(), ListRead::Any);
+        assert_eq!(read(&[("resourceVersion", "17")]).unwrap(), ListRead::NotOlderThan(17));
+        assert_eq!(read(&[("resourceVersion", "17"), ("resourceVersionMatch", "NotOlderThan")]).unwrap(), ListRead::NotOlderThan(17));
+        assert_eq!(read(&[("resourceVersion", "17"), ("resourceVersionMatch", "Exact")]).unwrap(), ListRead::Exact(17));
+        let token = encode_continue(42, b"/registry/core/pods/default/web-1");
+        assert_eq!(read(&[("continue", &token)]).unwrap(), ListRead::Continue { revision: 42, after: b"/registry/core/pods/default/web-1".to_vec() });
+        assert_eq!(read(&[("continue", &token), ("resourceVersion", "42")]).unwrap_err().code(), 400);
+        assert_eq!(read(&[("resourceVersionMatch", "Exact")]).unwrap_err().code(), 400);
+        assert_eq!(read(&[("resourceVersion", "1"), ("resourceVersionMatch", "Newer")]).unwrap_err().code(), 400);
+        assert_eq!(read(&[("resourceVersion", "x")]).unwrap_err().code(), 400);
+    }
+
+    #[test]
+    fn only_exact_and_continued_lists_read_a_past_revision_of_the_store() {
+        assert_eq!(ListRead::Exact(5).store_read(), (5, None, true));
+        assert_eq!(ListRead::Continue { revision: 5, after: b"k".to_vec() }.store_read(), (5, Some(b"k".to_vec()), true));
+        assert_eq!(ListRead::Consistent.store_read(), (0, None, false));
+        assert_eq!(ListRead::NotOlderThan(5).store_read(), (0, None, false));
+        assert_eq!(ListRead::Any.store_read(), (0, None, true));
+    }
+
+    #[test]
+    fn list_bodies_render_as_the_value_would() {
+        let pods = crate::catalog::lookup("", "v1", "pods").unwrap();
+        let item = Arc::new(Stored::new(json!({"metadata": {"name": "a", "resourceVersion": "3", "labels": {"x": "y"}, "annotations": {"q": "a \"quoted\" ü"}}, "spec": {}}), 3));
+        let listed = Listed { items: vec![item.clone()], revision: 9, continue_token: Some("tok".into()) };
+        let expected = json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "9", "continue": "tok"}, "items": [item.obj.clone()]});
+        assert_eq!(list_body(pods, &listed), serde_json::to_vec(&expected).unwrap());
+        let meta: Value = serde_json::from_slice(&metadata_list_body(&listed)).unwrap();
+        assert_eq!(meta["kind"], "PartialObjectMetadataList");
+        assert_eq!(meta["items"][0]["metadata"]["name"], "a");
+        assert_eq!(meta["metadata"]["continue"], "tok");
     }
 
     #[test]

@@ -79,7 +79,7 @@ pub(crate) async fn handle(state: &Arc<ApiState>, m: MetricsRequest, q: &HashMap
                 None => {
                     let sel = Selectors::parse(nodes_def, q)?;
                     let rr = ResourceRequest { def: nodes_def, namespace: None, name: None, subresource: None };
-                    list(&state.registry, &rr, &HashMap::new(), &sel).await?.items.into_iter().map(|s| s.obj).collect()
+                    list(&state.registry, Some(&state.watch_cache), &rr, &HashMap::new(), &sel).await?.items.into_iter().map(|s| s.obj.clone()).collect()
                 }
             };
             let answers = summaries(kubelet, &nodes).await;
@@ -103,7 +103,7 @@ pub(crate) async fn handle(state: &Arc<ApiState>, m: MetricsRequest, q: &HashMap
                 _ => {
                     let sel = Selectors::parse(pods_def, q)?;
                     let rr = ResourceRequest { def: pods_def, namespace: m.namespace.clone(), name: None, subresource: None };
-                    list(&state.registry, &rr, &HashMap::new(), &sel).await?.items.into_iter().map(|s| s.obj).collect()
+                    list(&state.registry, Some(&state.watch_cache), &rr, &HashMap::new(), &sel).await?.items.into_iter().map(|s| s.obj.clone()).collect()
                 }
             };
             // Only running pods have usage; ask only their nodes.

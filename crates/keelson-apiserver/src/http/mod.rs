@@ -143,6 +143,8 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
         None => None,
     };
     let store = ObjectStore::new(client, cipher);
+    let metrics = crate::metrics::ApiMetrics::default();
+    let watch_cache = crate::watch_cache::WatchCache::new(store.clone(), metrics.watch_cache(), shutdown.clone());
     let state = Arc::new(ApiState {
         registry: Registry::new(store.clone()),
         shutdown: shutdown.clone(),
@@ -152,8 +154,8 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
         audit,
         join: cfg.join.clone(),
         ca_pem: cfg.client_ca_pem.clone(),
-        metrics: Default::default(),
-        watch_cache: crate::watch_cache::WatchCache::new(store.clone(), shutdown.clone()),
+        metrics,
+        watch_cache,
         kubelet: cfg.join.as_ref().and_then(|j| match node_proxy::KubeletClient::new(j) {
             Ok(k) => Some(k),
             Err(e) => {
@@ -248,7 +250,11 @@ async fn health(state: &ApiState, check: &str) -> Response {
 
 /// A JSON response.
 pub(crate) fn json_response(code: StatusCode, v: &Value) -> Response {
-    let body = serde_json::to_vec(v).expect("JSON values serialize");
+    json_bytes_response(code, serde_json::to_vec(v).expect("JSON values serialize"))
+}
+
+/// A response of JSON already serialized.
+pub(crate) fn json_bytes_response(code: StatusCode, body: Vec<u8>) -> Response {
     (code, [(http::header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 

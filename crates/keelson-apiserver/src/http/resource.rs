@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::list::{self, Selectors};
 use super::negotiate::{self, Representation};
 use super::request::{query_bool, query_i64, ResourceRequest};
-use super::{json_response, patch, watch, ApiState};
+use super::{json_bytes_response, json_response, patch, watch, ApiState};
 use crate::catalog::ResourceDef;
 use crate::error::ApiError;
 use crate::meta::UpdateScope;
@@ -102,17 +102,10 @@ pub(crate) async fn handle(state: &Arc<ApiState>, reg: &Registry, rr: ResourceRe
             if query_bool(&q, "watch")? {
                 return watch::serve(state.clone(), rr, q, sel, repr).await;
             }
-            let listed = list::list(reg, &rr, &q, &sel).await?;
+            let listed = list::list(reg, Some(&state.watch_cache), &rr, &q, &sel).await?;
             match repr {
-                Representation::Object => Ok(json_response(StatusCode::OK, &list::list_object(def, &listed))),
-                Representation::Metadata => {
-                    let mut l = list::list_object(def, &listed);
-                    l["kind"] = json!("PartialObjectMetadataList");
-                    l["apiVersion"] = json!("meta.k8s.io/v1");
-                    let items: Vec<Value> = listed.items.iter().map(|s| negotiate::partial_metadata(&s.obj)).collect();
-                    l["items"] = json!(items);
-                    Ok(json_response(StatusCode::OK, &l))
-                }
+                Representation::Object => Ok(json_bytes_response(StatusCode::OK, list::list_body(def, &listed))),
+                Representation::Metadata => Ok(json_bytes_response(StatusCode::OK, list::metadata_list_body(&listed))),
                 Representation::Table => {
                     let items: Vec<Value> = listed.items.iter().map(|s| s.obj.clone()).collect();
                     let t = list::table_object(def, &items, list::include_object(&q)?, &listed.revision.to_string(), listed.continue_token.as_deref());
@@ -167,7 +160,7 @@ pub(crate) async fn handle(state: &Arc<ApiState>, reg: &Registry, rr: ResourceRe
             let (headers, body) = read_body(req).await?;
             let opts = delete_options(&q, &headers, &body)?;
             let sel = Selectors::parse(def, &q)?;
-            let listed = list::list(reg, &rr, &HashMap::new(), &sel).await?;
+            let listed = list::list(reg, Some(&state.watch_cache), &rr, &HashMap::new(), &sel).await?;
             let mut deleted = Vec::new();
             for s in listed.items {
                 let name = s.obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();

@@ -1,7 +1,8 @@
 //! WATCH: a stream of `{"type":…,"object":…}` lines from the store's watch.
 //!
 //! resourceVersion semantics: unset → the current state as synthetic ADDED events
-//! (read linearizably), then changes; `0` → the same from this replica's state; `N` →
+//! (a consistent list: at least the store's revision at the start, usually from the
+//! watch cache), then changes; `0` → the same from this replica's state; `N` →
 //! every change after N. `sendInitialEvents=true` also starts with the state and, with
 //! bookmarks allowed, ends it with a bookmark annotated `k8s.io/initial-events-end`.
 //! A compacted N gets an ERROR event carrying a 410 Status.
@@ -101,7 +102,7 @@ pub(crate) async fn serve(
             if rv == "0" {
                 lq.insert("resourceVersion".to_string(), "0".to_string());
             }
-            let listed = list::list(&state.registry, &rr, &lq, &spec.selectors).await?;
+            let listed = list::list(&state.registry, Some(&state.watch_cache), &rr, &lq, &spec.selectors).await?;
             if initial {
                 for s in &listed.items {
                     first.push(spec.event("ADDED", s.obj.clone()));
@@ -300,10 +301,10 @@ async fn follow_feed(spec: &WatchSpec, joined: Joined, from: Revision, tx: &mpsc
             FeedEvent::Progress(rev) if *rev < from - 1 => None,
             FeedEvent::Change(c) if spec.range.contains(&c.key) => {
                 if plain {
-                    let (ty, obj) = classify(spec, c.previous.as_ref(), c.object.as_ref())?;
+                    let (ty, obj) = classify(spec, c.previous.as_ref(), c.object.as_deref().map(|s| &s.obj))?;
                     return Some(c.plain_line.get_or_init(|| line(&json!({"type": ty, "object": obj}))).clone());
                 }
-                classify(spec, c.previous.as_ref(), c.object.as_ref()).map(|(ty, obj)| line(&spec.event(ty, obj.clone())))
+                classify(spec, c.previous.as_ref(), c.object.as_deref().map(|s| &s.obj)).map(|(ty, obj)| line(&spec.event(ty, obj.clone())))
             }
             FeedEvent::Progress(rev) if spec.bookmarks => Some(line(&spec.bookmark(*rev))),
             _ => None,
