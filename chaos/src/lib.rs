@@ -176,6 +176,8 @@ pub enum NemesisFamily {
     /// IsolateNode(Holder): that server cut off from the other servers; healed by
     /// HealNetwork.
     LeasePartition,
+    /// Pause(Holder): that server frozen (SIGSTOP); healed by Resume.
+    LeasePause,
     /// NodeDrain(Random), healed by NodeUncordon.
     NodeDrain,
 }

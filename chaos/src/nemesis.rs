@@ -44,7 +44,8 @@ pub struct Plan {
 /// pair), Membership → `RemoveAndReadd(Random)`, Latency → `Latency { 50..=200 ms }`,
 /// NodeKill → `NodeKill(Random)`, NodePause → `NodePause(Random)`, NodePartition →
 /// `NodeIsolate(Random)` or `NodeSplitFromNodes(Random)`, LeaseKill → `Kill(Holder)`,
-/// LeasePartition → `IsolateNode(Holder)`, NodeDrain → `NodeDrain(Random)`.
+/// LeasePartition → `IsolateNode(Holder)`, LeasePause → `Pause(Holder)`, NodeDrain →
+/// `NodeDrain(Random)`.
 pub fn plan_fault(
     family: NemesisFamily,
     servers: usize,
@@ -80,6 +81,7 @@ pub fn plan_fault(
         NemesisFamily::LeaseKill => Plan { fault: Fault::Kill(Target::Holder), heal: HealStep::Restart },
         NemesisFamily::LeasePartition => Plan { fault: Fault::IsolateNode(Target::Holder), heal: HealStep::HealNetwork },
         NemesisFamily::NodeDrain => Plan { fault: Fault::NodeDrain(NodeTarget::Random), heal: HealStep::NodeUncordon },
+        NemesisFamily::LeasePause => Plan { fault: Fault::Pause(Target::Holder), heal: HealStep::Resume },
     };
     supported(&plan.fault).then_some(plan)
 }
@@ -105,6 +107,7 @@ pub(crate) fn family_usable(family: NemesisFamily, servers: usize, supported: &d
         NemesisFamily::LeaseKill => vec![Fault::Kill(Target::Holder)],
         NemesisFamily::LeasePartition => vec![Fault::IsolateNode(Target::Holder)],
         NemesisFamily::NodeDrain => vec![Fault::NodeDrain(NodeTarget::Random)],
+        NemesisFamily::LeasePause => vec![Fault::Pause(Target::Holder)],
     };
     kinds.iter().any(supported)
 }
@@ -330,6 +333,10 @@ mod tests {
         assert_eq!(
             draw(NemesisFamily::LeasePartition, 4, 1, &all)[0],
             Some(Plan { fault: Fault::IsolateNode(Target::Holder), heal: HealStep::HealNetwork })
+        );
+        assert_eq!(
+            draw(NemesisFamily::LeasePause, 4, 1, &all)[0],
+            Some(Plan { fault: Fault::Pause(Target::Holder), heal: HealStep::Resume })
         );
         assert_eq!(
             draw(NemesisFamily::NodeDrain, 4, 1, &all)[0],

@@ -45,9 +45,9 @@ struct RunArgs {
     #[arg(long, value_enum, default_value = "register")]
     workload: WorkloadArg,
     /// Fault families, comma-separated: kill, pause, partition, membership, latency;
-    /// node-kill, node-pause, node-partition, node-drain (need --nodes); lease-kill, lease-partition
-    /// (self-heal: kill or cut off the server holding the controller manager's or the
-    /// scheduler's Lease, in turn).
+    /// node-kill, node-pause, node-partition, node-drain (need --nodes); lease-kill,
+    /// lease-pause, lease-partition (self-heal: kill, freeze or cut off the server holding
+    /// the controller manager's or the scheduler's Lease, in turn).
     #[arg(long, value_delimiter = ',', default_value = "kill,pause,partition")]
     nemesis: Vec<String>,
     /// How long the workload runs under faults, e.g. 60s or 10m.
@@ -252,10 +252,11 @@ fn run(args: &RunArgs, out: &mut String) -> anyhow::Result<Verdict> {
             "node-partition" => NemesisFamily::NodePartition,
             "lease-kill" => NemesisFamily::LeaseKill,
             "lease-partition" => NemesisFamily::LeasePartition,
+            "lease-pause" => NemesisFamily::LeasePause,
             "node-drain" => NemesisFamily::NodeDrain,
             "none" => continue,
             other => anyhow::bail!(
-                "unknown nemesis {other:?}: use kill, pause, partition, membership, latency, node-kill, node-pause, node-partition, node-drain, lease-kill, lease-partition or none"
+                "unknown nemesis {other:?}: use kill, pause, partition, membership, latency, node-kill, node-pause, node-partition, node-drain, lease-kill, lease-pause, lease-partition or none"
             ),
         });
     }

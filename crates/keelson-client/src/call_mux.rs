@@ -8,8 +8,12 @@
 //! nothing waits. The stream is opened on first use and again after it breaks.
 //!
 //! # What a failed call tells the caller
-//! - The stream could not be opened: no call on it reached the replica. The status is the
-//!   channel's own (a connect error reads as never sent, [`crate::never_sent`]).
+//! - The stream could not be opened because the connection could not be made: no call on
+//!   it reached the replica. The status is the channel's own connect error, which reads as
+//!   never sent ([`crate::never_sent`]).
+//! - Opening the stream failed otherwise (the connection closed while the call waited for
+//!   the replica's answer headers: the first frame may have been written and run): code
+//!   `Unknown`, as below.
 //! - The stream broke while a call was in flight: the call may or may not have run. The
 //!   status has code `Unknown`, which never reads as never sent.
 //! - The client was closing: `Unavailable` with a message starting with [`NOT_SENT`],
@@ -179,9 +183,15 @@ async fn run(endpoint: String, channel: Channel, leader: Arc<LeaderHint>, mut qu
         let mut replies = match grpc.batch(tokio_stream::wrappers::UnboundedReceiverStream::new(outbound)).await {
             Ok(r) => r.into_inner(),
             Err(status) => {
-                // The replica never ran the stream's handler: nothing on it was processed.
                 tracing::debug!(%endpoint, %status, "opening the batch stream failed");
-                inflight.fail_all(&status);
+                // Only a connection never made proves nothing was sent: the first frame
+                // goes out with the request and may have run before, say, the replica died
+                // and hyper reported the call canceled ("connection closed").
+                if crate::never_sent(&status) {
+                    inflight.fail_all(&status);
+                } else {
+                    inflight.fail_all(&outcome_unknown(&endpoint, status.message()));
+                }
                 continue;
             }
         };

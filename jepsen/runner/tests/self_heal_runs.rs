@@ -116,8 +116,8 @@ async fn replicas_come_back_after_nodes_are_drained_during_rollouts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn pods_are_bound_once_and_replaced_while_component_lease_holders_die_or_are_cut_off() {
-    heals(vec![NemesisFamily::LeaseKill, NemesisFamily::LeasePartition], 4).await;
+async fn pods_are_bound_once_and_replaced_while_component_lease_holders_die_freeze_or_are_cut_off() {
+    heals(vec![NemesisFamily::LeaseKill, NemesisFamily::LeasePause, NemesisFamily::LeasePartition], 4).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

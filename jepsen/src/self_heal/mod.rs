@@ -88,6 +88,8 @@ pub enum NodeFaultKind {
     ServerKill,
     /// A server (a lease holder's) was cut off from the other servers.
     ServerIsolated,
+    /// A server (a lease holder's) was frozen.
+    ServerPaused,
     /// The node was drained (cordoned, its pods evicted through the API).
     Drain,
 }

@@ -47,8 +47,8 @@ pub async fn follow_holders(clients: Vec<kube::Client>, servers: Vec<String>, ho
     }
 }
 
-/// A retarget for `keelson_chaos::run_nemesis_retargeted`: `Kill(Holder)` and
-/// `IsolateNode(Holder)` hit the holders of [`COMPONENT_LEASES`] in turn (left unresolved,
+/// A retarget for `keelson_chaos::run_nemesis_retargeted`: `Kill(Holder)`,
+/// `Pause(Holder)` and `IsolateNode(Holder)` hit the holders of [`COMPONENT_LEASES`] in turn (left unresolved,
 /// and so failing, while that Lease has no holder).
 pub fn retarget(holders: Holders) -> impl Fn(Fault) -> Fault {
     let turn = AtomicUsize::new(0);
@@ -57,6 +57,7 @@ pub fn retarget(holders: Holders) -> impl Fn(Fault) -> Fault {
         match f {
             Fault::Kill(Target::Holder) => holder().map(|s| Fault::Kill(Target::Node(s))).unwrap_or(f),
             Fault::IsolateNode(Target::Holder) => holder().map(|s| Fault::IsolateNode(Target::Node(s))).unwrap_or(f),
+            Fault::Pause(Target::Holder) => holder().map(|s| Fault::Pause(Target::Node(s))).unwrap_or(f),
             other => other,
         }
     }
@@ -91,6 +92,8 @@ pub fn node_faults(events: &[NemesisEvent], offset: Duration) -> Vec<NodeFault> 
             faults.push(start(n, NodeFaultKind::CutFromNodes));
         } else if let Some(n) = name_after(w, "kill ") {
             faults.push(start(n, NodeFaultKind::ServerKill));
+        } else if let Some(n) = name_after(w, "pause ") {
+            faults.push(start(n, NodeFaultKind::ServerPaused));
         } else if let Some(n) = w.strip_prefix("isolate ").and_then(|r| r.strip_suffix(" from every other server")) {
             faults.push(start(n, NodeFaultKind::ServerIsolated));
         } else if let Some(n) = name_after(w, "drain ") {
@@ -127,6 +130,7 @@ mod tests {
             ev(14_000, "kill n1 (pid 44)"),
             ev(15_000, "isolate n2 from every other server"),
             ev(16_000, "drain node-3 (2 pods evicted)"),
+            ev(17_000, "pause n0 (pid 5)"),
             ev(18_000, "uncordon node-3"),
             ev(20_000, "heal all (…)"),
             NemesisEvent { ok: false, ..ev(21_000, "power off a random node FAILED: no eligible node") },
@@ -143,6 +147,7 @@ mod tests {
                 ("n1", NodeFaultKind::ServerKill, 14_100, Some(20_100)),
                 ("n2", NodeFaultKind::ServerIsolated, 15_100, Some(20_100)),
                 ("node-3", NodeFaultKind::Drain, 16_100, Some(18_100)),
+                ("n0", NodeFaultKind::ServerPaused, 17_100, Some(20_100)),
             ]
         );
     }
@@ -155,6 +160,7 @@ mod tests {
         assert_eq!(r(Fault::Kill(Target::Holder)), Fault::Kill(Target::Node(2)));
         assert_eq!(r(Fault::Kill(Target::Holder)), Fault::Kill(Target::Node(0)));
         assert_eq!(r(Fault::IsolateNode(Target::Holder)), Fault::IsolateNode(Target::Node(2)));
+        assert_eq!(r(Fault::Pause(Target::Holder)), Fault::Pause(Target::Node(0)));
         assert_eq!(r(Fault::Kill(Target::Random)), Fault::Kill(Target::Random));
         *holders.0.lock().unwrap() = [None, None];
         assert_eq!(r(Fault::Kill(Target::Holder)), Fault::Kill(Target::Holder));
