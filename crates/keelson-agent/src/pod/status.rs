@@ -177,8 +177,11 @@ pub fn pod_status(pod: &Pod, observed: &Observed, plan: &Plan, know: &Knowledge,
         condition("Initialized", true, None, None)
     };
     let mut conditions = vec![condition("PodReadyToStartContainers", sandbox_ready, None, None), initialized, ready, containers_ready];
-    if let Some(scheduled) = old_condition("PodScheduled") {
-        conditions.push(serde_json::to_value(scheduled).unwrap_or(Value::Null));
+    // Conditions others own (PodScheduled, DisruptionTarget, readiness gates' …) are
+    // kept as stored: the status is written as a merge patch, which replaces the list.
+    let own = ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady"];
+    for c in old.and_then(|s| s.conditions.as_ref()).into_iter().flatten().filter(|c| !own.contains(&c.type_.as_str())) {
+        conditions.push(serde_json::to_value(c).unwrap_or(Value::Null));
     }
     let pod_ip = observed.sandbox.as_ref().and_then(|s| s.ip.clone()).or_else(|| old.and_then(|s| s.pod_ip.clone()));
     let pod_ip = if spec.host_network == Some(true) { Some(know.host_ip.clone()) } else { pod_ip };

@@ -106,3 +106,16 @@ fn a_ready_condition_changed_behind_the_agents_back_is_written_again() {
     assert_eq!(condition(&again, "Ready")["lastTransitionTime"], "2026-01-01T00:01:00Z");
     assert_eq!(condition(&again, "ContainersReady")["lastTransitionTime"], "2026-01-01T00:00:05Z");
 }
+
+#[test]
+fn conditions_others_own_are_kept_in_what_the_agent_writes() {
+    let mut p = pod(json!({"containers": [{"name": "app"}]}));
+    p.status.as_mut().unwrap().conditions.as_mut().unwrap().push(
+        serde_json::from_value(json!({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI", "lastTransitionTime": "2026-01-01T00:00:09Z"})).unwrap(),
+    );
+    let s = pod_status(&p, &observed(vec![info("app", 0, ContainerState::Running { started_at_ns: 1 })]), &Plan::default(), &know(), "t");
+    assert_eq!(condition(&s, "DisruptionTarget")["reason"], "EvictionByEvictionAPI");
+    assert_eq!(condition(&s, "PodScheduled")["status"], "True");
+    let types: Vec<&str> = s["conditions"].as_array().unwrap().iter().filter_map(|c| c["type"].as_str()).collect();
+    assert_eq!(types, ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled", "DisruptionTarget"]);
+}
