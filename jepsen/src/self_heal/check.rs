@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::{NodeFault, PodSeen, Recovery, SeenKind, SelfHealHistory, SelfHealReport, SelfHealViolation};
+use super::{Declared, FinalState, NodeFault, PodSeen, Recovery, SeenKind, SelfHealHistory, SelfHealReport, SelfHealViolation};
 
 /// The Deployment's workload label value.
 pub const DEPLOYMENT: &str = "deployment";
@@ -29,7 +29,7 @@ pub fn check_self_heal(h: &SelfHealHistory) -> SelfHealReport {
     identities(h, &mut report);
     surge(h, &mut report);
     recoveries(h, &mut report);
-    after_healing(h, &mut report);
+    report.violations.extend(after_healing(&h.declared, &h.final_state));
     let f = &h.final_state;
     let calls = f.client_calls_ok + f.client_calls_failed;
     report.client_success_rate = (calls > 0).then(|| f.client_calls_ok as f64 / calls as f64);
@@ -270,13 +270,14 @@ fn settle(pending: &mut Vec<usize>, report: &mut SelfHealReport, recovered: bool
     }
 }
 
-/// What must hold once the cluster is healed.
-fn after_healing(h: &SelfHealHistory, report: &mut SelfHealReport) {
-    let f = &h.final_state;
+/// What must hold once the cluster is healed, and does not in `f`: the checker's verdict
+/// on the final state, and the run's test of convergence while it waits for it.
+pub fn after_healing(declared: &Declared, f: &FinalState) -> Vec<SelfHealViolation> {
+    let mut violations = Vec::new();
     let ready: BTreeSet<&str> = f.ready_nodes.iter().map(String::as_str).collect();
     for n in &f.nodes {
         if !ready.contains(n.as_str()) {
-            report.violations.push(violation("node-not-ready", format!("node {n} is not Ready after healing")));
+            violations.push(violation("node-not-ready", format!("node {n} is not Ready after healing")));
         }
     }
     for n in &ready {
@@ -288,19 +289,19 @@ fn after_healing(h: &SelfHealHistory, report: &mut SelfHealReport) {
             .collect();
         let ok = on.len() == 1 && f.pods.iter().any(|p| p.name == on[0] && p.ready);
         if !ok {
-            report.violations.push(violation(
+            violations.push(violation(
                 "daemonset",
                 format!("node {n} has {} DaemonSet pod(s) after healing ({}), not exactly one Ready", on.len(), on.join(", ")),
             ));
         }
     }
-    for i in 0..h.declared.statefulset_replicas {
+    for i in 0..declared.statefulset_replicas {
         let name = format!("db-{i}");
         let pod = f.pods.iter().find(|p| p.workload == STATEFULSET && p.name == name);
         let claim = format!("data-{name}");
         match pod {
             Some(p) if p.ready && !p.terminating && p.claims.contains(&claim) && f.bound_claims.contains(&claim) => {}
-            Some(p) => report.violations.push(violation(
+            Some(p) => violations.push(violation(
                 "statefulset",
                 format!(
                     "{name} is not back after healing: ready {}, terminating {}, claims {:?}, {claim} {}",
@@ -310,7 +311,7 @@ fn after_healing(h: &SelfHealHistory, report: &mut SelfHealReport) {
                     if f.bound_claims.contains(&claim) { "Bound" } else { "not Bound" }
                 ),
             )),
-            None => report.violations.push(violation("statefulset", format!("{name} does not exist after healing"))),
+            None => violations.push(violation("statefulset", format!("{name} does not exist after healing"))),
         }
     }
     let mut ready_ips: Vec<&str> = f
@@ -323,25 +324,25 @@ fn after_healing(h: &SelfHealHistory, report: &mut SelfHealReport) {
     let mut endpoints: Vec<&str> = f.service_endpoints.iter().map(String::as_str).collect();
     endpoints.sort_unstable();
     if ready_ips != endpoints {
-        report.violations.push(violation(
+        violations.push(violation(
             "endpoints",
             format!("the Service's Endpoints list {endpoints:?} after healing, its Ready pods are {ready_ips:?}"),
         ));
     }
     let deployment_ready = f.pods.iter().filter(|p| p.workload == DEPLOYMENT && p.ready && !p.terminating).count() as u32;
-    if deployment_ready != h.declared.replicas {
-        report.violations.push(violation(
+    if deployment_ready != declared.replicas {
+        violations.push(violation(
             "deployment",
-            format!("{deployment_ready} Ready Deployment pods after healing, not {}", h.declared.replicas),
+            format!("{deployment_ready} Ready Deployment pods after healing, not {}", declared.replicas),
         ));
     }
-    if !f.job_complete || f.job_succeeded != h.declared.job_completions {
-        report.violations.push(violation(
+    if !f.job_complete || f.job_succeeded != declared.job_completions {
+        violations.push(violation(
             "job",
             format!(
                 "the Job has {} succeeded of {} completions after healing{}",
                 f.job_succeeded,
-                h.declared.job_completions,
+                declared.job_completions,
                 if f.job_complete { "" } else { " and is not Complete" }
             ),
         ));
@@ -353,14 +354,15 @@ fn after_healing(h: &SelfHealHistory, report: &mut SelfHealReport) {
         .map(|p| format!("{} ({}{})", p.name, if p.terminating { "Terminating" } else { "Pending" }, p.node.as_deref().map(|n| format!(" on {n}")).unwrap_or_default()))
         .collect();
     if !stuck.is_empty() {
-        report.violations.push(violation("converged", format!("pods left after healing: {}", stuck.join(", "))));
+        violations.push(violation("converged", format!("pods left after healing: {}", stuck.join(", "))));
     }
     if !f.acknowledged_missing.is_empty() {
-        report.violations.push(violation(
+        violations.push(violation(
             "acknowledged-lost",
             format!("{} of {} acknowledged writes are gone: {}", f.acknowledged_missing.len(), f.acknowledged, f.acknowledged_missing.join(", ")),
         ));
     }
+    violations
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ mod check;
 
 use serde::{Deserialize, Serialize};
 
-pub use check::{check_self_heal, DAEMONSET, DEPLOYMENT, STATEFULSET};
+pub use check::{after_healing, check_self_heal, DAEMONSET, DEPLOYMENT, STATEFULSET};
 
 /// How a watch event reached the recorder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

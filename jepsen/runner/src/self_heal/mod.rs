@@ -223,19 +223,10 @@ impl SelfHealWorkload {
         out
     }
 
-    /// Healed: every node Ready, the Deployment's replicas Ready, one Ready daemon pod
-    /// per node, the Job complete, nothing Pending or Terminating.
+    /// Healed: the final state passes the checker's after-healing judgement (the writes
+    /// acknowledged are compared once, after the wait).
     fn converged(&self, s: &FinalState) -> bool {
-        let deployment = s.pods.iter().filter(|p| p.workload == "deployment" && p.ready && !p.terminating).count() as u32;
-        let daemons = s.pods.iter().filter(|p| p.workload == "daemonset" && p.ready && !p.terminating).count();
-        let identities = s.pods.iter().filter(|p| p.workload == "statefulset" && p.ready && !p.terminating).count() as u32;
-        let settled = s.pods.iter().all(|p| !p.terminating && p.phase != "Pending");
-        s.ready_nodes.len() == s.nodes.len()
-            && deployment == self.shape.replicas
-            && daemons == s.nodes.len()
-            && identities == self.shape.statefulset_replicas
-            && s.job_complete
-            && settled
+        keelson_jepsen::self_heal::after_healing(&self.declared(), s).is_empty()
     }
 }
 
