@@ -77,6 +77,8 @@ enum BenchCmd {
     Proxy(keelson_bench::ProxyBenchArgs),
     /// HTTP through the built-in ingress, side by side with the backend direct and through nginx.
     Ingress(keelson_bench::IngressBenchArgs),
+    /// Logs on a real node: a large log's read throughput, and the agent's memory under many followers.
+    Logs(keelson_bench::LogsBenchArgs),
 }
 
 impl Cmd {
@@ -110,6 +112,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Bench(BenchCmd::Pods(args)) => rt.block_on(keelson_bench::run_pods_bench(args)),
         Cmd::Bench(BenchCmd::Proxy(args)) => rt.block_on(keelson_bench::run_proxy_bench(args)),
         Cmd::Bench(BenchCmd::Ingress(args)) => rt.block_on(keelson_bench::run_ingress_bench(args)),
+        Cmd::Bench(BenchCmd::Logs(args)) => rt.block_on(keelson_bench::run_logs_bench(args)),
         Cmd::Token(cmd) => rt.block_on(cli_admin::token(cmd)),
         Cmd::Certs(CertsCmd::Check(args)) => cli_admin::certs_check(args),
         Cmd::HollowNodes(args) => rt.block_on(cli_hollow::run(args)),

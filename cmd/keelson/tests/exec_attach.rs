@@ -3,7 +3,8 @@
 //! streaming server over SPDY so that the end of the client's stdin (WebSocket v5
 //! `[255, 0]` from kubectl 1.33, a SPDY FIN from kubectl 1.29) closes the process's stdin.
 //! kubectl 1.27 (SPDY) and 1.30 (WebSocket) exec too, and a viewer without `pods/exec`
-//! is refused with 403 over either protocol.
+//! is refused with 403 over either protocol. Clients killed mid-session leave no
+//! connection, task or command behind on the API server or the agent.
 //!
 //! Needs root, containerd and the rest of the node tests' tools; skipped loudly otherwise.
 
@@ -209,6 +210,90 @@ async fn exec_cp_and_attach_with_stdin_that_ends() {
         (p.status?.phase.as_deref() == Some("Succeeded")).then_some(())
     })
     .await;
+
+    // Clients that vanish mid-stream (SIGKILL: no close, no FIN of their own) leave
+    // nothing behind: not the API server's connection to the agent, not the agent's to
+    // the runtime's streaming server, not the command they ran. Each session's task owns
+    // those connections, so their count is the count of sessions still alive.
+    let to_agent = || established(None, &format!("dst {} dport = :{}", net.node_ip, 10250));
+    let stream_port = runtime_stream_port(&net.ns);
+    let to_runtime = || established(Some(&net.ns), &format!("dst 127.0.0.1 dport = :{stream_port}"));
+    assert_eq!((to_agent(), to_runtime()), (0, 0), "no session is open before the clients start");
+    let marker = format!("disconnect-{}", std::process::id());
+    let mut exec = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args(["exec", "-i", "box", "--", "sh", "-c", "cat >/dev/null; echo stdin ended", &marker])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl exec");
+    let mut follow = Command::new("kubectl").arg("--kubeconfig").arg(&kc).args(["logs", "-f", "box"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("kubectl logs -f");
+    let open = poll("both sessions open", Duration::from_secs(30), || async {
+        let (a, r, p) = (to_agent(), to_runtime(), in_pod(&marker));
+        (a >= 2 && r >= 1 && p).then_some((a, r))
+    })
+    .await;
+    eprintln!("open: {} API server → agent connection(s), {} agent → runtime", open.0, open.1);
+    let _ = exec.kill();
+    let _ = follow.kill();
+    let _ = (exec.wait(), follow.wait());
+    poll("the vanished clients' sessions gone", Duration::from_secs(60), || async {
+        let (a, r, p) = (to_agent(), to_runtime(), in_pod(&marker));
+        eprintln!("after the clients died: to the agent {a}, to the runtime {r}, command alive {p}");
+        (a == 0 && r == 0 && !p).then_some(())
+    })
+    .await;
+
+    // `keelson bench logs`, short: a 5 MB log read whole by kube-rs and kubectl, and five
+    // followers of a ticker, every line in order.
+    let out = Command::new(node_support::keelson())
+        .args(["bench", "logs", "--kubeconfig"])
+        .arg(&kc)
+        .args(["--bytes", "5000000", "--reads", "1", "--followers", "5", "--follow-secs", "3", "--tick-ms", "50", "--timeout-secs", "90", "--json"])
+        .output()
+        .expect("keelson bench logs");
+    assert!(out.status.success(), "keelson bench logs: {}\n{}", text(&out.stderr), logs());
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
+    eprintln!("bench logs: {report}");
+    assert!(report["kube_rs"]["bytes_per_read"].as_u64().unwrap() >= 5_000_000, "{report}");
+    assert!(report["kubectl"]["bytes_per_read"].as_u64().unwrap() >= 5_000_000, "kubectl is on PATH here: {report}");
+    assert!(report["follower_lines_min"].as_u64().unwrap() > 0 && report["agent_rss_peak_mb"].as_f64().unwrap() > 0.0, "{report}");
+}
+
+/// Established TCP connections matching the `ss` filter, in the host's network namespace
+/// or node namespace `ns`.
+fn established(ns: Option<&str>, filter: &str) -> usize {
+    let mut c = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "ss"]);
+            c
+        }
+        None => Command::new("ss"),
+    };
+    let out = c.args(["-Htn", "state", "established"]).args(filter.split_whitespace()).output().expect("ss");
+    assert!(out.status.success(), "ss {filter}: {}", text(&out.stderr));
+    text(&out.stdout).lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+/// The port of containerd's streaming server in node namespace `ns` (it listens on
+/// 127.0.0.1, a port of its choosing).
+fn runtime_stream_port(ns: &str) -> u16 {
+    let out = Command::new("ip").args(["netns", "exec", ns, "ss", "-Htlnp"]).output().expect("ss");
+    let listing = text(&out.stdout);
+    listing
+        .lines()
+        .filter(|l| l.contains("\"containerd\""))
+        .find_map(|l| l.split_whitespace().find_map(|a| a.strip_prefix("127.0.0.1:")).and_then(|p| p.parse().ok()))
+        .unwrap_or_else(|| panic!("containerd's streaming server in {ns}:\n{listing}"))
+}
+
+/// Whether the exec'd `sh -c cat…` with `marker` runs (a pod's processes are the host's
+/// too; kubectl's own command line starts otherwise).
+fn in_pod(marker: &str) -> bool {
+    Command::new("pgrep").args(["-f", &format!("^sh -c cat.*{marker}")]).output().map(|o| o.status.success()).unwrap_or(false)
 }
 
 fn tail(p: &Path, n: usize) -> String {

@@ -2,7 +2,8 @@
 //! their containerd), each in a network namespace of the cluster's own. A Deployment of
 //! the built-in busybox image with two replicas kept apart runs on both nodes; the host
 //! shell reaches a pod (route to the node's podCIDR), one node reaches the other's pod
-//! (the agents' routes); Ctrl-C leaves no namespace, veth, route, mount or process.
+//! (the agents' routes); `kubectl exec` and `logs` reach both pods through each of the
+//! three servers; Ctrl-C leaves no namespace, veth, route, mount or process.
 //!
 //! Needs root and containerd, runc, the CNI plugins, busybox-static, nftables and curl.
 //! Skipped loudly otherwise, unless `KEELSON_REQUIRE_NODE_TESTS` is set: then it fails.
@@ -190,4 +191,31 @@ async fn exercise(dir: &Path, nodes: &[keelson_runner::MemberEntry]) {
     let ns1 = nodes.iter().find(|n| n.name == "node-1").unwrap().netns.clone().unwrap();
     let got = curl_until(Some(&ns1), &format!("http://{ip2}/"), "hello from keelson", Duration::from_secs(30));
     assert!(got.contains("hello from keelson"), "node-1 reaches the pod {ip2} on node-2: {got:?}");
+
+    // `kubectl exec` and `kubectl logs` into each pod through every server: a node's agent
+    // keeps one server's connection at a time, so most of these go through a server the
+    // node does not talk to, which dials the agent on the node's address itself.
+    let listed = pods.list(&ListParams::default().labels("app=web")).await.unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    for pod in &listed.items {
+        let (name, node) = (pod.metadata.name.clone().unwrap(), pod.spec.as_ref().unwrap().node_name.clone().unwrap());
+        for server in 1..=3 {
+            let context = format!("keelson-{server}");
+            let out = Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["--context", &context, "exec", &name, "--", "sh", "-c", &format!("echo via-{server} from $(hostname) >&2; echo via-{server} from $(hostname); exit {server}")])
+                .output()
+                .expect("kubectl");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(
+                (out.status.code(), stdout.trim()),
+                (Some(server), format!("via-{server} from {name}").as_str()),
+                "kubectl --context {context} exec into {name} on {node}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let logs = Command::new("kubectl").arg("--kubeconfig").arg(&kubeconfig).args(["--context", &context, "logs", &name, "--tail=5"]).output().expect("kubectl");
+            assert!(logs.status.success(), "kubectl --context {context} logs {name} on {node}: {}", String::from_utf8_lossy(&logs.stderr));
+        }
+    }
 }

@@ -2,7 +2,8 @@
 //! `keelson agent` on real containerd, into a busybox `httpd` pod's network namespace.
 //! kubectl 1.33 tunnels SPDY in a WebSocket (`SPDY/3.1+portforward.k8s.io`), which the API
 //! server carries to the agent's SPDY endpoint; with `KUBECTL_PORT_FORWARD_WEBSOCKETS=false`
-//! it speaks SPDY to the API server, which proxies the upgrade byte for byte.
+//! it speaks SPDY to the API server, which proxies the upgrade byte for byte. kube-rs's
+//! `Api::portforward` (a WebSocket with `?ports=`) reaches the agent's WebSocket form.
 //!
 //! Needs root, containerd and the rest of the node tests' tools; skipped loudly otherwise.
 
@@ -91,6 +92,15 @@ fn http_get_body(port: u16, path: &str) -> Vec<u8> {
     }
 }
 
+/// `GET path` over one kube-rs forwarded connection, answered until the pod closes it.
+async fn kube_rs_get(mut conn: tokio::io::DuplexStream, path: &str) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    conn.write_all(format!("GET {path} HTTP/1.0\r\nHost: web\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), conn.read_to_end(&mut got)).await.expect("the answer within 60 s").expect("reading the answer");
+    got
+}
+
 /// `sha256sum`'s digest of `bytes`.
 fn sha256(bytes: &[u8]) -> String {
     let mut child = std::process::Command::new("sha256sum").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().expect("sha256sum");
@@ -114,7 +124,7 @@ async fn kubectl_port_forward_reaches_a_pod() {
 
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
     let web: Pod = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 1,
-        "containers": [{"name": "httpd", "image": "keelson.local/busybox:stable", "command": ["sh", "-c", "dd if=/dev/urandom of=/www/big bs=1048576 count=32 2>/dev/null; sha256sum /www/big; exec httpd -f -p 8080 -h /www"],
+        "containers": [{"name": "httpd", "image": "keelson.local/busybox:stable", "command": ["sh", "-c", "dd if=/dev/urandom of=/www/big bs=1048576 count=32 2>/dev/null; sha256sum /www/big; httpd -p 8082 -h /www; exec httpd -f -p 8080 -h /www"],
             "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1}}]}}))
     .unwrap();
     pods.create(&PostParams::default(), &web).await.unwrap();
@@ -161,6 +171,33 @@ async fn kubectl_port_forward_reaches_a_pod() {
         let answer = http_get(fwd.port);
         assert!(answer.ends_with("hello from keelson\n"), "GET with kubectl 1.29: {answer:?}\nkubectl: {}", fwd.stderr.lock().unwrap());
     }
+
+    // kube-rs's `Api::portforward`: a WebSocket naming its ports in `?ports=`
+    // (v4.channel.k8s.io), proxied to the agent with them. Two ports in one socket: an
+    // HTTP request on each connection, and the large download byte for byte.
+    let mut pf = pods.portforward("web", &[8080, 8082]).await.expect("kube-rs port-forward");
+    // A port's end shows when the socket closes (v4 has no per-channel close): both
+    // requests go out before either answer is read.
+    let (first, second) = (pf.take_stream(8080).expect("8080"), pf.take_stream(8082).expect("8082"));
+    let (small, big) = tokio::join!(kube_rs_get(first, "/"), kube_rs_get(second, "/big"));
+    assert!(small.starts_with(b"HTTP/1.") && small.ends_with(b"hello from keelson\n"), "GET / through kube-rs: {:?}", String::from_utf8_lossy(&small));
+    let body = &big[big.windows(4).position(|w| w == b"\r\n\r\n").expect("a header") + 4..];
+    assert_eq!((body.len(), sha256(body)), (32 << 20, want.clone()), "the large download through kube-rs");
+    // The agent closes the socket once both connections ended, as the kubelet does (kube-rs
+    // then reports its own late Close as sent after closing).
+    let ended = tokio::time::timeout(Duration::from_secs(30), pf.join()).await.expect("the socket closes once both connections ended");
+    eprintln!("kube-rs port-forward ended: {ended:?}");
+    assert!(server_log().contains("port-forward over a WebSocket"), "kube-rs's form was proxied as such");
+    // A refused connection: the agent's error on the port's error channel.
+    let mut pf = pods.portforward("web", &[8081]).await.expect("kube-rs port-forward");
+    let error = pf.take_error(8081).expect("an error channel");
+    let said = tokio::time::timeout(Duration::from_secs(30), error).await.expect("the error within 30 s").unwrap_or_default();
+    assert!(said.contains("error forwarding port 8081 to pod default/web") && said.to_lowercase().contains("connection refused"), "{said}");
+    pf.abort();
+    // A port out of range is refused before any upgrade.
+    let bad = http::Request::get("/api/v1/namespaces/default/pods/web/portforward?ports=0").body(vec![]).unwrap();
+    let e = cluster.client.connect(bad).await.err().expect("ports=0 refused");
+    assert!(e.to_string().contains("400"), "{e}");
 
     // Nothing listens on 8081: the agent's error text reaches kubectl.
     let fwd = port_forward("kubectl", &cluster.kubeconfig, &[], 8081);

@@ -8,6 +8,9 @@
 //! `keelson bench ingress`: requests through keelson-ingress, side by side with the same
 //! backend reached directly and through nginx (see `ingress`).
 //!
+//! `keelson bench logs`: `pods/log` throughput of a large log, and the agent's memory
+//! while many `logs -f` followers stream (see `logs`).
+//!
 //! `keelson bench failover`: writes stalled by leader kills, Keelson and etcd side by
 //! side (see `failover`).
 //!
@@ -18,11 +21,13 @@
 //! to replica i mod n), for Keelson and for etcd alike. Phases: puts of random keys,
 //! linearizable gets, serializable gets, over a pre-loaded key space.
 
+mod agent_process;
 mod api;
 mod controllers;
 mod failover;
 mod ingress;
 mod load;
+mod logs;
 mod outage;
 mod percentile;
 mod pods;
@@ -35,6 +40,7 @@ pub use controllers::{run_controllers_bench, ControllersBenchArgs, ControllersRe
 pub use failover::{run_failover_bench, FailoverBenchArgs, SystemFailover};
 pub use ingress::{run_ingress_bench, IngressBenchArgs, IngressReport};
 pub use load::{run_store_bench, StoreBenchArgs};
+pub use logs::{run_logs_bench, LogsBenchArgs, LogsReport};
 pub use pods::{run_pods_bench, PodsBenchArgs, PodsReport};
 pub use proxy::{run_proxy_bench, ProxyBenchArgs, ProxyReport};
 pub use report::{PhaseResult, SystemReport};

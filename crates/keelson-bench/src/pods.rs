@@ -17,6 +17,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher::{self, watcher};
 use serde_json::json;
 
+use crate::agent_process::agent_processes;
 use crate::percentile::percentile;
 
 #[derive(Args, Clone, Debug)]
@@ -55,29 +56,6 @@ pub struct PodsReport {
 const NS: &str = "default";
 const LABEL: &str = "keelson-bench";
 
-/// `keelson agent` processes on this machine: (pid, RSS bytes, CPU seconds).
-fn agents() -> Vec<(u32, u64, f64)> {
-    let ticks = 100.0; // USER_HZ on Linux
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
-        let is_agent = args.len() > 1 && args[0].ends_with(b"keelson") && args[1] == b"agent";
-        if !is_agent {
-            continue;
-        }
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let rss_kb: u64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0);
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-        let f: Vec<&str> = after.split_whitespace().collect();
-        let cpu = f.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0) + f.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
-        out.push((pid, rss_kb * 1024, cpu / ticks));
-    }
-    out
-}
-
 fn running_and_ready(p: &Pod) -> bool {
     let s = p.status.as_ref();
     s.and_then(|s| s.phase.as_deref()) == Some("Running") && s.and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
@@ -112,7 +90,7 @@ pub async fn run_pods_bench(args: PodsBenchArgs) -> anyhow::Result<()> {
         }
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let cpu_before: f64 = agents().iter().map(|a| a.2).sum();
+    let cpu_before: f64 = agent_processes().iter().map(|a| a.cpu_seconds).sum();
     let mut created: HashMap<String, Instant> = HashMap::new();
     let run = format!("{:x}", std::process::id());
     let creates = (0..args.pods).map(|i| {
@@ -145,9 +123,9 @@ pub async fn run_pods_bench(args: PodsBenchArgs) -> anyhow::Result<()> {
             Err(_) => {}
         }
     }
-    let agents_now = agents();
-    let cpu_after: f64 = agents_now.iter().map(|a| a.2).sum();
-    let rss = agents_now.iter().map(|a| a.1).max().unwrap_or(0);
+    let agents_now = agent_processes();
+    let cpu_after: f64 = agents_now.iter().map(|a| a.cpu_seconds).sum();
+    let rss = agents_now.iter().map(|a| a.rss_bytes).max().unwrap_or(0);
     watch.abort();
     let deleting = Instant::now();
     let dp = DeleteParams::default();

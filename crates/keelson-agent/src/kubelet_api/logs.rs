@@ -110,12 +110,47 @@ pub fn render(lines: &[LogLine], timestamps: bool) -> String {
 
 /// Applies `sinceTime`/`sinceSeconds` and `tailLines` to what is in the file now.
 pub fn select(lines: Vec<LogLine>, o: &LogOptions) -> Vec<LogLine> {
-    let mut lines: Vec<LogLine> = lines.into_iter().filter(|l| o.since_nanos.is_none_or(|s| l.nanos >= s)).collect();
-    if let Some(n) = o.tail_lines {
-        let skip = lines.len().saturating_sub(n);
-        lines.drain(..skip);
+    let mut s = Selector::new(o);
+    let mut out = s.feed(lines);
+    out.extend(s.finish());
+    out
+}
+
+/// [`select`] over a file read a chunk at a time: without `tailLines` each chunk's lines
+/// go out as they are read; with it only the last N are kept (memory bounded by N, not
+/// by the file), and go out at the end.
+pub struct Selector {
+    since_nanos: Option<i128>,
+    tail: Option<(usize, std::collections::VecDeque<LogLine>)>,
+}
+
+impl Selector {
+    pub fn new(o: &LogOptions) -> Self {
+        Self { since_nanos: o.since_nanos, tail: o.tail_lines.map(|n| (n, std::collections::VecDeque::new())) }
     }
-    lines
+
+    /// The lines of one chunk to send now.
+    pub fn feed(&mut self, lines: Vec<LogLine>) -> Vec<LogLine> {
+        let since = self.since_nanos;
+        let kept = lines.into_iter().filter(|l| since.is_none_or(|s| l.nanos >= s));
+        match &mut self.tail {
+            None => kept.collect(),
+            Some((n, ring)) => {
+                for l in kept {
+                    ring.push_back(l);
+                    if ring.len() > *n {
+                        ring.pop_front();
+                    }
+                }
+                Vec::new()
+            }
+        }
+    }
+
+    /// What is left to send once the file has been read to its end.
+    pub fn finish(self) -> Vec<LogLine> {
+        self.tail.map(|(_, ring)| ring.into_iter().collect()).unwrap_or_default()
+    }
 }
 
 #[cfg(test)]
@@ -152,6 +187,36 @@ mod tests {
         let since = "2026-01-01T00:00:02Z".parse::<jiff::Timestamp>().unwrap().as_nanosecond();
         let o = LogOptions { since_nanos: Some(since), ..Default::default() };
         assert_eq!(render(&select(lines, &o), false), "two\nthree\n");
+    }
+
+    #[test]
+    fn a_file_read_in_chunks_selects_what_the_whole_would() {
+        let text: String = (0..50).map(|i| format!("2026-01-01T00:00:{i:02}Z stdout {} l{i}\n", if i % 7 == 3 { "P" } else { "F" })).collect();
+        let (all, _) = parse(&text);
+        let since = "2026-01-01T00:00:20Z".parse::<jiff::Timestamp>().unwrap().as_nanosecond();
+        for o in [
+            LogOptions::default(),
+            LogOptions { tail_lines: Some(5), ..Default::default() },
+            LogOptions { tail_lines: Some(0), ..Default::default() },
+            LogOptions { tail_lines: Some(500), ..Default::default() },
+            LogOptions { tail_lines: Some(3), since_nanos: Some(since), ..Default::default() },
+            LogOptions { since_nanos: Some(since), ..Default::default() },
+        ] {
+            let whole = select(all.clone(), &o);
+            for chunk in [1, 7, 100] {
+                let (mut pending, mut out, mut s) = (Vec::<u8>::new(), Vec::new(), Selector::new(&o));
+                for piece in text.as_bytes().chunks(chunk) {
+                    pending.extend_from_slice(piece);
+                    let (lines, used) = parse_bytes(&pending);
+                    pending.drain(..used);
+                    out.extend(s.feed(lines));
+                }
+                out.extend(s.finish());
+                assert_eq!(out, whole, "{o:?} in chunks of {chunk} bytes");
+            }
+        }
+        let tail = select(all, &LogOptions { tail_lines: Some(2), ..Default::default() });
+        assert_eq!(render(&tail, false), "l48\nl49\n");
     }
 
     #[test]

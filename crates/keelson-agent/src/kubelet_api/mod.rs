@@ -1,6 +1,7 @@
 //! The agent's HTTPS API on port 10250, as the kubelet's: the API server reaches it for
 //! `pods/log`, `pods/exec` and `pods/attach` (WebSocket or SPDY, [`exec`], bridged to the
-//! runtime over SPDY by [`cri_stream`]) and `pods/portforward` (SPDY, [`port_forward`]);
+//! runtime over SPDY by [`cri_stream`]) and `pods/portforward` (SPDY, [`port_forward`], or
+//! a WebSocket naming its ports, [`port_forward_ws`]);
 //! metrics-style readers get `/stats/summary` (`nodes/stats`) and `/metrics/resource`
 //! (`nodes/metrics`) from the node's [`StatsCollector`](crate::stats::StatsCollector).
 //! Callers authenticate with a client certificate of the cluster CA and are authorized
@@ -14,6 +15,7 @@ pub mod cri_stream;
 pub mod exec;
 pub mod logs;
 pub mod port_forward;
+pub mod port_forward_ws;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -293,37 +295,74 @@ impl Sink {
     }
 }
 
-/// Sends the selected lines of the log at `path`, then, when following, what is appended
-/// (read from where the last read ended, every 200 ms) until the container stops.
+/// How much of a log file one read takes: a large log streams through a chunk at a time.
+const LOG_CHUNK: usize = 1 << 20;
+/// Each read asks the file for this much: a follower waiting on a quiet log holds no
+/// more than that (and its partial record).
+const LOG_READ: usize = 64 << 10;
+
+/// Reads up to [`LOG_CHUNK`] more bytes of `file` onto `pending`: how many.
+async fn read_chunk(file: &mut tokio::fs::File, pending: &mut Vec<u8>) -> usize {
+    use tokio::io::AsyncReadExt;
+    let mut total = 0;
+    while total < LOG_CHUNK {
+        pending.reserve(LOG_READ);
+        match file.read_buf(pending).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => total += n,
+        }
+    }
+    total
+}
+
+/// Drops the records sent (`used` bytes) and the room a large read needed.
+fn consume(pending: &mut Vec<u8>, used: usize) {
+    pending.drain(..used);
+    pending.shrink_to(LOG_READ.max(pending.len()));
+}
+
+/// Sends the selected lines of the log at `path`, a chunk at a time, then, when
+/// following, what is appended (read from where the last read ended, every 200 ms) until
+/// the container stops.
 #[allow(clippy::too_many_arguments)]
 async fn stream_log(path: PathBuf, opts: LogOptions, follow: bool, runtime: Arc<dyn Runtime>, uid: String, container: String, attempt: u32, tx: tokio::sync::mpsc::Sender<Result<bytes::Bytes, std::io::Error>>) {
-    use tokio::io::AsyncReadExt;
     let mut sink = Sink { tx, budget: opts.limit_bytes.unwrap_or(usize::MAX) };
     let mut file = tokio::fs::File::open(&path).await.ok();
     let mut pending = Vec::new();
-    if let Some(f) = file.as_mut() {
-        let _ = f.read_to_end(&mut pending).await;
+    let mut selector = logs::Selector::new(&opts);
+    while let Some(f) = file.as_mut() {
+        if read_chunk(f, &mut pending).await == 0 {
+            break;
+        }
+        let (lines, used) = logs::parse_bytes(&pending);
+        consume(&mut pending, used);
+        let now = selector.feed(lines);
+        if !sink.send(logs::render(&now, opts.timestamps)).await || sink.budget == 0 {
+            return;
+        }
     }
-    let (lines, used) = logs::parse_bytes(&pending);
-    pending.drain(..used);
-    let first = logs::select(lines, &opts);
-    if !sink.send(logs::render(&first, opts.timestamps)).await || !follow || sink.budget == 0 {
+    if !sink.send(logs::render(&selector.finish(), opts.timestamps)).await || !follow || sink.budget == 0 {
         return;
     }
     let mut checked = Instant::now();
     let mut alive = true;
+    // A full chunk means more is likely waiting: read on without the pause.
+    let mut behind = false;
     loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        if !behind {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         if file.is_none() {
             file = tokio::fs::File::open(&path).await.ok();
         }
-        let before = pending.len();
-        if let Some(f) = file.as_mut() {
-            let _ = f.read_to_end(&mut pending).await;
-        }
-        if pending.len() > before {
+        let read = match file.as_mut() {
+            Some(f) => read_chunk(f, &mut pending).await,
+            None => 0,
+        };
+        behind = read == LOG_CHUNK;
+        if read > 0 {
             let (lines, used) = logs::parse_bytes(&pending);
-            pending.drain(..used);
+            consume(&mut pending, used);
             let lines: Vec<_> = lines.into_iter().filter(|l| opts.since_nanos.is_none_or(|s| l.nanos >= s)).collect();
             if !sink.send(logs::render(&lines, opts.timestamps)).await || sink.budget == 0 {
                 return;

@@ -5,6 +5,7 @@
 //! its own enters the namespace, connects, and hands the socket back: a socket stays in
 //! the namespace it was made in) and copies bytes both ways, passing half-closes on. A
 //! failed connection is reported as text on the error stream, which kubectl prints.
+//! A WebSocket asking `?port=` is served by [`super::port_forward_ws`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use hyper_util::rt::TokioIo;
 use keelson_spdy::{Headers, Stream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{status, ApiState, Caller};
+use super::{port_forward_ws, status, ApiState, Caller};
 use crate::runtime::ContainerState;
 
 /// The only port-forward protocol version there is.
@@ -107,14 +108,22 @@ pub(super) async fn port_forward(
     }
     let (ns, pod) = (path.get("namespace").cloned().unwrap_or_default(), path.get("pod").cloned().unwrap_or_default());
     let headers = req.headers();
-    let upgrade = headers.get("upgrade").and_then(|v| v.to_str().ok()).unwrap_or("");
-    if !upgrade.eq_ignore_ascii_case("SPDY/3.1") {
-        return status(StatusCode::BAD_REQUEST, "BadRequest", "port-forward needs an upgrade to SPDY/3.1 (the WebSocket form with ?ports= is not served by this agent)".into());
-    }
-    let offered: Vec<String> = headers.get_all("x-stream-protocol-version").iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(|v| v.trim().to_string()).collect();
-    if !offered.is_empty() && !offered.iter().any(|p| p == PROTOCOL) {
-        return status(StatusCode::FORBIDDEN, "Forbidden", format!("unable to upgrade: unable to negotiate protocol: client supports {offered:?}, server supports [{PROTOCOL}]"));
-    }
+    let upgrade = headers.get("upgrade").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    // The WebSocket form names its ports in the query; SPDY names one per stream.
+    let websocket = if upgrade.eq_ignore_ascii_case("websocket") {
+        match port_forward_ws::ports_of(req.uri().query().unwrap_or("")) {
+            Ok(ports) => Some(ports),
+            Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e),
+        }
+    } else if upgrade.eq_ignore_ascii_case("SPDY/3.1") {
+        let offered: Vec<String> = headers.get_all("x-stream-protocol-version").iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(|v| v.trim().to_string()).collect();
+        if !offered.is_empty() && !offered.iter().any(|p| p == PROTOCOL) {
+            return status(StatusCode::FORBIDDEN, "Forbidden", format!("unable to upgrade: unable to negotiate protocol: client supports {offered:?}, server supports [{PROTOCOL}]"));
+        }
+        None
+    } else {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", "port-forward needs an upgrade: SPDY/3.1, or a WebSocket (v4.channel.k8s.io) naming its ports in ?port=".into());
+    };
     let containers = state.runtime.list_containers().await.unwrap_or_default();
     let uid = path.get("uid").cloned();
     let Some(target) = containers
@@ -130,6 +139,19 @@ pub(super) async fn port_forward(
         Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", e.to_string()),
     };
     let who = Target { pod: format!("{ns}/{pod}"), uid: target.pod_uid.clone(), netns };
+    if let Some(ports) = websocket {
+        use axum::extract::FromRequest;
+        use axum::response::IntoResponse;
+        let ws = match axum::extract::ws::WebSocketUpgrade::from_request(req, &()).await {
+            Ok(ws) => ws,
+            Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", format!("port-forward's WebSocket upgrade: {e}")),
+        };
+        let span = tracing::info_span!("port-forward", pod = %who.pod, ports = ?ports, protocol = "websocket");
+        return ws
+            .protocols(port_forward_ws::PROTOCOLS)
+            .on_upgrade(move |socket| tracing::Instrument::instrument(port_forward_ws::serve(socket, ports, Arc::new(who)), span))
+            .into_response();
+    }
     let on_upgrade = hyper::upgrade::on(&mut req);
     let span = tracing::info_span!("port-forward", pod = %who.pod);
     tokio::spawn(tracing::Instrument::instrument(
@@ -151,10 +173,10 @@ pub(super) async fn port_forward(
 }
 
 /// The pod a session forwards to.
-struct Target {
-    pod: String,
-    uid: String,
-    netns: String,
+pub(super) struct Target {
+    pub(super) pod: String,
+    pub(super) uid: String,
+    pub(super) netns: String,
 }
 
 async fn serve_pairs(mut incoming: keelson_spdy::Incoming, target: Arc<Target>) {
@@ -269,7 +291,7 @@ async fn fail(error: &Stream, data: &Stream, msg: &str) {
 
 /// Connects to `localhost:port` in the network namespace at `netns`, from a thread made
 /// for it (never a pooled one: the thread stays in that namespace until it ends).
-async fn connect_in_netns(netns: String, port: u16) -> Result<tokio::net::TcpStream, String> {
+pub(super) async fn connect_in_netns(netns: String, port: u16) -> Result<tokio::net::TcpStream, String> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("port-forward-netns".into())

@@ -194,7 +194,8 @@ pub(crate) fn wants_tunnel(headers: &http::HeaderMap) -> bool {
 }
 
 /// `GET|POST pods/NAME/portforward`: a SPDY upgrade is proxied to the node's agent byte
-/// for byte; a WebSocket offering `SPDY/3.1+portforward.k8s.io` is tunnelled to it.
+/// for byte; a WebSocket offering `SPDY/3.1+portforward.k8s.io` is tunnelled to it; any
+/// other WebSocket (ports in `?ports=`) is proxied byte for byte with its ports.
 pub(crate) async fn pod_port_forward(kubelet: Option<&KubeletClient>, pod: &Value, node: &Value, req: axum::extract::Request) -> Result<Response, ApiError> {
     let name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
     let ns = pod.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
@@ -211,8 +212,38 @@ pub(crate) async fn pod_port_forward(kubelet: Option<&KubeletClient>, pod: &Valu
         tracing::info!(pod = %format!("{ns}/{name}"), node = node_name, "port-forward tunnelled in a WebSocket");
         return kubelet.tunnel(&addr, &host, &path, req).await;
     }
+    let websocket = req.headers().get("upgrade").and_then(|v| v.to_str().ok()).is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
+    if websocket {
+        // The WebSocket form (kube-rs, and any v4.channel.k8s.io client) names its ports
+        // in the query; the agent gets them as the kubelet's `port` parameters.
+        let ports = port_forward_ports(req.uri().query().unwrap_or(""))?;
+        let query: Vec<String> = ports.iter().map(|p| format!("port={p}")).collect();
+        tracing::info!(pod = %format!("{ns}/{name}"), node = node_name, ports = ?ports, "port-forward over a WebSocket");
+        return kubelet.upgrade(&addr, &host, &format!("{path}?{}", query.join("&")), req).await;
+    }
     tracing::info!(pod = %format!("{ns}/{name}"), node = node_name, "port-forward over SPDY");
     kubelet.upgrade(&addr, &host, &path, req).await
+}
+
+/// The `ports` of a WebSocket port-forward request (PodPortForwardOptions): repeated or
+/// comma-separated, each in 1..=65535, at least one.
+pub(crate) fn port_forward_ports(query: &str) -> Result<Vec<u16>, ApiError> {
+    let mut ports = Vec::new();
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        if k != "ports" {
+            continue;
+        }
+        for p in v.split(',').map(str::trim) {
+            match p.parse::<u16>() {
+                Ok(port) if port > 0 => ports.push(port),
+                _ => return Err(ApiError::BadRequest(format!("invalid port {p:?} in ports: port must be in the range 1 to 65535"))),
+            }
+        }
+    }
+    if ports.is_empty() {
+        return Err(ApiError::BadRequest("at least one port must be specified in ports".into()));
+    }
+    Ok(ports)
 }
 
 /// The agent address of a Node: its InternalIP (else Hostname) and kubelet port.
@@ -350,6 +381,17 @@ mod tests {
         assert!(wants_tunnel(&h(&[("upgrade", "WebSocket"), ("sec-websocket-protocol", "v4.channel.k8s.io, SPDY/3.1+portforward.k8s.io")])));
         assert!(!wants_tunnel(&h(&[("upgrade", "SPDY/3.1"), ("x-stream-protocol-version", "portforward.k8s.io")])));
         assert!(!wants_tunnel(&h(&[("upgrade", "websocket"), ("sec-websocket-protocol", "v5.channel.k8s.io")])));
+    }
+
+    #[test]
+    fn websocket_port_forwards_name_their_ports() {
+        assert_eq!(port_forward_ports("ports=80%2C1234").unwrap(), vec![80, 1234], "kube-rs's form");
+        assert_eq!(port_forward_ports("ports=80&ports=8080").unwrap(), vec![80, 8080]);
+        for bad in ["", "ports=", "ports=0", "ports=x", "ports=80,70000"] {
+            let e = port_forward_ports(bad).unwrap_err();
+            assert!(matches!(e, ApiError::BadRequest(_)), "{bad:?}: {e}");
+        }
+        assert!(port_forward_ports("").unwrap_err().to_string().contains("at least one port must be specified"));
     }
 
     #[test]
