@@ -24,6 +24,10 @@ command -v iptables >/dev/null 2>&1 || optional+=(iptables)
 command -v conntrack >/dev/null 2>&1 || optional+=(conntrack)
 # `keelson bench ingress` (and its test) measures nginx as a reverse proxy beside the ingress.
 [ -x /usr/sbin/nginx ] || optional+=(nginx)
+# `keelson bench store|failover --compare-etcd` (and their tests, which run side by side)
+# start a 3-member etcd: installed here once, not by each of them at the same moment.
+[ -x /usr/bin/etcd ] || optional+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || optional+=(etcd-client)
 for extra in "$@"; do
   dpkg -s "$extra" >/dev/null 2>&1 || need+=("$extra")
 done

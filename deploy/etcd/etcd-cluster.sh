@@ -20,7 +20,9 @@ case "$cmd" in
 start)
   if [ -z "$etcd_bin" ] || ! command -v etcdctl >/dev/null; then
     if [ "$(id -u)" = 0 ]; then
-      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server etcd-client) >&2
+      # One install at a time: benches started together would race for dpkg's lock.
+      (flock 9; if ! [ -x /usr/bin/etcd ] || ! command -v etcdctl >/dev/null; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server etcd-client; fi) 9>/tmp/keelson-etcd-install.lock >&2
       etcd_bin=/usr/bin/etcd
     else
       echo "etcd is not installed (apt-get install etcd-server)" >&2; exit 1

@@ -11,6 +11,7 @@ use keelson_agent::agent::AgentConfig;
 use keelson_agent::containerd::{Containerd, ContainerdLayout};
 use keelson_agent::images;
 use keelson_agent::runtime::cri::CriRuntime;
+use keelson_agent::runtime::simulated::SimulatedRuntime;
 
 #[derive(Args)]
 pub struct AgentArgs {
@@ -32,6 +33,11 @@ pub struct AgentArgs {
     /// Pod addresses when the controller manager gives this node no podCIDR.
     #[arg(long)]
     pod_cidr: Option<String>,
+    /// The container runtime: `containerd` (real containers), or `simulated` (no
+    /// containers: pods are records that run, for tests and benchmarks without root; the
+    /// node reports `simulated://` as its runtime and runs no proxy, DNS or ingress).
+    #[arg(long, value_enum, default_value_t = RuntimeKind::Containerd)]
+    runtime: RuntimeKind,
     /// The containerd binary the agent starts for this node.
     #[arg(long, default_value = "containerd")]
     containerd: String,
@@ -73,6 +79,13 @@ pub struct AgentArgs {
     /// (`stale-pod-status`). For tests of the checker only.
     #[arg(long, hide = true, value_parser = parse_injected_bug)]
     inject_bug: Option<keelson_agent::agent::InjectedBug>,
+}
+
+/// Which runtime an agent drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeKind {
+    Containerd,
+    Simulated,
 }
 
 fn parse_injected_bug(s: &str) -> Result<keelson_agent::agent::InjectedBug, String> {
@@ -157,7 +170,49 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
     let user = format!("system:node:{name}");
     let (client, _) = keelson_component::client::config_for(&balancer.url(), &ca, &user, &cert).await?;
 
-    let layout = ContainerdLayout::new(&data_dir, images::PAUSE_IMAGE);
+    let simulated = args.runtime == RuntimeKind::Simulated;
+    let (containerd, runtime): (Option<Containerd>, Arc<dyn keelson_agent::runtime::Runtime>) = if simulated {
+        eprintln!("SIMULATED node {name}: no containers run here; pods are reported from the simulated runtime");
+        (None, Arc::new(SimulatedRuntime::new(node_ip)))
+    } else {
+        let (containerd, socket) = start_containerd(&args, &data_dir).await?;
+        (containerd, Arc::new(CriRuntime::connect(&socket)?))
+    };
+    let cfg = AgentConfig {
+        node_name: name.clone(),
+        node_ip,
+        data_dir: data_dir.clone(),
+        max_pods: args.max_pods,
+        heartbeat: args.heartbeat,
+        pod_cidr: args.pod_cidr.clone(),
+        dns_servers: args.cluster_dns.clone(),
+        manage_routes: !args.no_routes && !simulated,
+        stop_pods_on_exit: args.stop_pods_on_exit,
+        with_portmap: !simulated && Path::new("/usr/lib/cni/portmap").exists() && which("iptables"),
+        kubelet_port: args.kubelet_port,
+        ca_pem: ca.clone(),
+        eviction: args.eviction_hard.clone(),
+        ingress_http_port: args.ingress_http_port,
+        ingress_https_port: args.ingress_https_port,
+        node_services: !simulated,
+        injected_bug: args.inject_bug,
+    };
+    if let Some(bug) = args.inject_bug {
+        eprintln!("WARNING: node {name} runs with the injected bug {bug:?} (a test of the self-heal checker)");
+    }
+    eprintln!("node {name} ({node_ip}) running; Ctrl-C stops the agent{}", if args.stop_pods_on_exit { " and its pods" } else { " (pods keep running)" });
+    let result = keelson_agent::agent::run(client, runtime, cfg, shutdown).await;
+    if let Some(c) = containerd {
+        c.stop().await;
+    }
+    result?;
+    Ok(())
+}
+
+/// The node's containerd (started here unless `--containerd-socket` names one) with
+/// the built-in and `DATA_DIR/images/` archives imported: it and its CRI socket.
+async fn start_containerd(args: &AgentArgs, data_dir: &Path) -> anyhow::Result<(Option<Containerd>, PathBuf)> {
+    let layout = ContainerdLayout::new(data_dir, images::PAUSE_IMAGE);
     let (containerd, socket) = match &args.containerd_socket {
         Some(s) => (None, s.clone()),
         None => {
@@ -176,35 +231,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         images::import(&socket, &archive).await?;
         tracing::info!(archive = %archive.display(), "image imported");
     }
-    let runtime: Arc<dyn keelson_agent::runtime::Runtime> = Arc::new(CriRuntime::connect(&socket)?);
-    let cfg = AgentConfig {
-        node_name: name.clone(),
-        node_ip,
-        data_dir: data_dir.clone(),
-        max_pods: args.max_pods,
-        heartbeat: args.heartbeat,
-        pod_cidr: args.pod_cidr.clone(),
-        dns_servers: args.cluster_dns.clone(),
-        manage_routes: !args.no_routes,
-        stop_pods_on_exit: args.stop_pods_on_exit,
-        with_portmap: Path::new("/usr/lib/cni/portmap").exists() && which("iptables"),
-        kubelet_port: args.kubelet_port,
-        ca_pem: ca.clone(),
-        eviction: args.eviction_hard.clone(),
-        ingress_http_port: args.ingress_http_port,
-        ingress_https_port: args.ingress_https_port,
-        injected_bug: args.inject_bug,
-    };
-    if let Some(bug) = args.inject_bug {
-        eprintln!("WARNING: node {name} runs with the injected bug {bug:?} (a test of the self-heal checker)");
-    }
-    eprintln!("node {name} ({node_ip}) running; Ctrl-C stops the agent{}", if args.stop_pods_on_exit { " and its pods" } else { " (pods keep running)" });
-    let result = keelson_agent::agent::run(client, runtime, cfg, shutdown).await;
-    if let Some(c) = containerd {
-        c.stop().await;
-    }
-    result?;
-    Ok(())
+    Ok((containerd, socket))
 }
 
 fn which(bin: &str) -> bool {

@@ -53,6 +53,9 @@ pub struct AgentConfig {
     /// 0 leaves that one off).
     pub ingress_http_port: u16,
     pub ingress_https_port: u16,
+    /// Run the node's service proxy, cluster DNS server and ingress controller (off for
+    /// a simulated node: its pods have no network to serve).
+    pub node_services: bool,
     /// A deliberate bug, for proving that the self-heal checker catches it (`keelson agent
     /// --inject-bug`; never set otherwise).
     pub injected_bug: Option<InjectedBug>,
@@ -91,9 +94,12 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
     let pod_cidr = reporter.wait_pod_cidr(&shutdown).await?;
     if let Some(cidr) = &pod_cidr {
         reporter.write_cni_config(cidr)?;
+        if let Err(e) = runtime.update_runtime_config(cidr).await {
+            tracing::warn!(error = %e, pod_cidr = %cidr, "the runtime refused the node's pod CIDR");
+        }
     }
     let node_tasks = reporter.spawn(shutdown.clone());
-    let mut services = spawn_services(&client, &cfg, pod_cidr.as_deref(), &shutdown);
+    let mut services = if cfg.node_services { spawn_services(&client, &cfg, pod_cidr.as_deref(), &shutdown) } else { Vec::new() };
     services.push(tokio::spawn(crate::local_path::reclaim(client.clone(), vec![(cfg.node_name.clone(), crate::local_path::storage_dir(&cfg.data_dir))], false, shutdown.clone())));
     let ctx = Arc::new(PodContext {
         events: keelson_component::events::EventRecorder::new(client.clone(), "kubelet", &cfg.node_name),

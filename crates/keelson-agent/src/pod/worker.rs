@@ -141,6 +141,7 @@ impl PodContext {
             attempt,
             host_network,
             labels,
+            annotations: m.annotations.clone().unwrap_or_default(),
             dns_servers: dns.servers,
             dns_searches: dns.searches,
             dns_options: dns.options,
@@ -455,7 +456,7 @@ async fn pull(ctx: &PodContext, pod: &Pod, image: &str) -> Result<String, crate:
 }
 
 async fn start_container(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, observed: &Observed, name: &str, attempt: u32) -> Result<(), ()> {
-    let Some((c, _init)) = find_container(pod, name) else { return Err(()) };
+    let Some((c, init)) = find_container(pod, name) else { return Err(()) };
     let Some(sandbox) = observed.sandbox.as_ref() else { return Err(()) };
     ensure_image(ctx, pod, state, c).await?;
     let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -524,6 +525,7 @@ async fn start_container(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, o
         tty: c.tty.unwrap_or(false),
         stdin: c.stdin.unwrap_or(false),
         stdin_once: c.stdin_once.unwrap_or(false),
+        init,
     };
     let _ = std::fs::create_dir_all(PathBuf::from(&sb.log_directory).join(name));
     let id = match ctx.runtime.create_container(&sandbox.id, &sb, &spec).await {

@@ -1,6 +1,5 @@
 //! [`Runtime`] over the Container Runtime Interface (v1) on containerd's unix socket.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -118,7 +117,7 @@ fn sandbox_config(spec: &SandboxSpec) -> cri::PodSandboxConfig {
             })
             .collect(),
         labels: spec.labels.clone().into_iter().collect(),
-        annotations: HashMap::new(),
+        annotations: spec.annotations.clone().into_iter().collect(),
         linux: Some(cri::LinuxPodSandboxConfig {
             cgroup_parent: spec.cgroup_parent.clone(),
             security_context: Some(cri::LinuxSandboxSecurityContext {

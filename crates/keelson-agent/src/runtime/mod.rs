@@ -2,8 +2,11 @@
 //! pod: its network namespace and IP) and containers inside them. [`cri`] implements it
 //! over containerd's CRI plugin. Everything the pod worker decides is computed from the
 //! [`SandboxInfo`] and [`ContainerInfo`] it lists, so the decisions stay pure.
+//! [`simulated`] implements it without containers, for agents on machines without a
+//! container runtime.
 
 pub mod cri;
+pub mod simulated;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -36,6 +39,8 @@ pub struct SandboxSpec {
     pub host_network: bool,
     pub log_directory: String,
     pub labels: BTreeMap<String, String>,
+    /// The pod's annotations, passed on as the kubelet passes them.
+    pub annotations: BTreeMap<String, String>,
     pub dns_servers: Vec<String>,
     pub dns_searches: Vec<String>,
     pub dns_options: Vec<String>,
@@ -108,6 +113,9 @@ pub struct ContainerSpec {
     pub stdin: bool,
     /// Close the container's stdin when the first attach session that had it ends.
     pub stdin_once: bool,
+    /// An init container (what a simulated runtime runs to completion; CRI has no word
+    /// for it).
+    pub init: bool,
 }
 
 /// cgroup settings derived from requests and limits, as the kubelet computes them.
@@ -181,11 +189,18 @@ pub struct ContainerStats {
     pub writable_layer_inodes: Option<u64>,
 }
 
-/// The calls a pod worker makes. Implemented by [`cri::CriRuntime`].
+/// The calls a pod worker makes. Implemented by [`cri::CriRuntime`] and, without
+/// containers, [`simulated::SimulatedRuntime`].
 #[async_trait::async_trait]
 pub trait Runtime: Send + Sync + 'static {
     /// `containerd://1.6.20`, as `nodeInfo.containerRuntimeVersion` shows it.
     async fn version(&self) -> Result<String, RuntimeError>;
+    /// The node's pod CIDR, once it has one (CRI `UpdateRuntimeConfig`); runtimes whose
+    /// network comes from CNI's configuration need nothing of it.
+    async fn update_runtime_config(&self, pod_cidr: &str) -> Result<(), RuntimeError> {
+        let _ = pod_cidr;
+        Ok(())
+    }
     async fn run_sandbox(&self, spec: &SandboxSpec) -> Result<String, RuntimeError>;
     async fn stop_sandbox(&self, id: &str) -> Result<(), RuntimeError>;
     async fn remove_sandbox(&self, id: &str) -> Result<(), RuntimeError>;
