@@ -306,6 +306,26 @@ async fn agent_runs_pods_in_real_containers() {
     assert_eq!(kubectl(&["exec", "web", "--", "cat", "/www/index.html"]), "hello from keelson\n");
     let described = kubectl(&["describe", "pod", "crash"]);
     assert!(described.contains("CrashLoopBackOff") && described.contains("Back-off restarting failed container c"), "{described}");
+    // kubectl 1.27, 1.30 and 1.33 each follow a running container's log as it is written
+    // and stop when the container does; each reads --tail and --previous too.
+    pods.create(&pp, &bound("ticker2", json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": IMG, "command": ["sh", "-c", "for i in 1 2 3 4 5; do echo tick $i; sleep 1; done"]}]}))).await.unwrap();
+    pod_where(&pods, "ticker2", "running", |p| phase(p) == "Running").await;
+    let versions = ["1.27", "1.30", "1.33"];
+    let bin = |v: &str| format!("/usr/lib/google-cloud-sdk/bin/kubectl.{v}");
+    let followers: Vec<_> = versions
+        .iter()
+        .map(|v| Command::new(bin(v)).arg("--kubeconfig").arg(&kubeconfig).args(["logs", "-f", "ticker2"]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("a versioned kubectl"))
+        .collect();
+    for (v, child) in versions.iter().zip(followers) {
+        let o = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap()).await.unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        let ticks: Vec<u32> = out.lines().filter_map(|l| l.strip_prefix("tick ")?.parse().ok()).collect();
+        assert!(o.status.success() && ticks.last() == Some(&5) && ticks.windows(2).all(|w| w[1] == w[0] + 1), "kubectl {v} logs -f ticker2: {out:?} {}", String::from_utf8_lossy(&o.stderr));
+        let tail = Command::new(bin(v)).arg("--kubeconfig").arg(&kubeconfig).args(["logs", "ticker2", "--tail=2"]).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&tail.stdout), "tick 4\ntick 5\n", "kubectl {v} logs --tail=2: {}", String::from_utf8_lossy(&tail.stderr));
+        let previous = Command::new(bin(v)).arg("--kubeconfig").arg(&kubeconfig).args(["logs", "crash", "--previous"]).output().unwrap();
+        assert!(previous.status.success(), "kubectl {v} logs --previous crash: {}", String::from_utf8_lossy(&previous.stderr));
+    }
 
     // The agent is killed; a pod is deleted while it is down; the restarted agent adopts
     // the running web pod (same container, no restart) and removes the deleted one.

@@ -117,9 +117,14 @@ async fn exec_cp_and_attach_with_stdin_that_ends() {
         serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 1, "restartPolicy": "Never", "containers": [c]}})).unwrap()
     };
     pods.create(&PostParams::default(), &spec("box", json!({"command": ["sleep", "3600"]}))).await.unwrap();
-    pods.create(&PostParams::default(), &spec("reader", json!({"command": ["sh", "-c", "while read l; do echo got:$l; done; echo bye"], "stdin": true, "stdinOnce": true}))).await.unwrap();
+    let reader = || json!({"command": ["sh", "-c", "while read l; do echo got:$l; done; echo bye"], "stdin": true, "stdinOnce": true});
+    for name in ["reader", "reader-127", "reader-130"] {
+        pods.create(&PostParams::default(), &spec(name, reader())).await.unwrap();
+    }
     running(&pods, "box").await;
-    running(&pods, "reader").await;
+    for name in ["reader", "reader-127", "reader-130"] {
+        running(&pods, name).await;
+    }
     let limit = Duration::from_secs(60);
 
     // kubectl 1.33 (WebSocket v5): stdin's end reaches `cat`, which then exits 0.
@@ -183,6 +188,11 @@ async fn exec_cp_and_attach_with_stdin_that_ends() {
         assert_eq!((o.status.code(), text(&o.stdout).as_str()), (Some(0), "hi\n"), "kubectl {version} exec -i cat; stderr: {}\n{}", text(&o.stderr), logs());
         let o = kubectl_with(&kubectl, &kc, &["exec", "box", "--", "sh", "-c", "exit 3"], b"", limit);
         assert_eq!(o.status.code(), Some(3), "kubectl {version} exit 3; stderr: {}", text(&o.stderr));
+        let (inside, back) = (format!("box:/tmp/p{version}.bin"), dir.join(format!("back{version}.bin")));
+        let o = kubectl_with(&kubectl, &kc, &["cp", local.to_str().unwrap(), &inside], b"", limit);
+        assert!(o.status.success(), "kubectl {version} cp into the pod: {}", text(&o.stderr));
+        let o = kubectl_with(&kubectl, &kc, &["cp", &inside, back.to_str().unwrap()], b"", limit);
+        assert!(o.status.success() && std::fs::read(&back).unwrap() == payload, "kubectl {version} cp round trip: {}", text(&o.stderr));
         let server_log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
         assert!(server_log.lines().any(|l| l.contains("pods/exec") && l.contains(protocol)), "kubectl {version} used {protocol}\n{}", logs());
     }
@@ -210,6 +220,12 @@ async fn exec_cp_and_attach_with_stdin_that_ends() {
         (p.status?.phase.as_deref() == Some("Succeeded")).then_some(())
     })
     .await;
+    // kubectl 1.27 (SPDY) and 1.30 (WebSocket) attach too.
+    for (version, pod) in [("1.27", "reader-127"), ("1.30", "reader-130")] {
+        let kubectl = format!("/usr/lib/google-cloud-sdk/bin/kubectl.{version}");
+        let o = kubectl_with(&kubectl, &kc, &["attach", "-i", pod], b"one\n", limit);
+        assert_eq!((o.status.code(), text(&o.stdout).as_str()), (Some(0), "got:one\nbye\n"), "kubectl {version} attach -i {pod}; stderr: {}\n{}", text(&o.stderr), logs());
+    }
 
     // Clients that vanish mid-stream (SIGKILL: no close, no FIN of their own) leave
     // nothing behind: not the API server's connection to the agent, not the agent's to

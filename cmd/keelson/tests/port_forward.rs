@@ -164,12 +164,15 @@ async fn kubectl_port_forward_reaches_a_pod() {
     assert!(answer.ends_with("hello from keelson\n"), "GET after a half-close: {answer:?}\nkubectl: {}", fwd.stderr.lock().unwrap());
     assert!(server_log().contains("port-forward over SPDY"));
     drop(fwd);
-    // kubectl 1.29 itself (SPDY only).
-    let old = "/usr/lib/google-cloud-sdk/bin/kubectl.1.29";
-    if Path::new(old).exists() {
-        let fwd = port_forward(old, &cluster.kubeconfig, &[], 8080);
+    // kubectl 1.27, 1.29 and 1.30 themselves (SPDY only: the WebSocket tunnel came in 1.31).
+    for version in ["1.27", "1.29", "1.30"] {
+        let old = format!("/usr/lib/google-cloud-sdk/bin/kubectl.{version}");
+        assert!(Path::new(&old).exists(), "{old} is part of the test image");
+        let fwd = port_forward(&old, &cluster.kubeconfig, &[], 8080);
         let answer = http_get(fwd.port);
-        assert!(answer.ends_with("hello from keelson\n"), "GET with kubectl 1.29: {answer:?}\nkubectl: {}", fwd.stderr.lock().unwrap());
+        assert!(answer.ends_with("hello from keelson\n"), "GET with kubectl {version}: {answer:?}\nkubectl: {}", fwd.stderr.lock().unwrap());
+        let big = http_get_body(fwd.port, "/big");
+        assert_eq!((big.len(), sha256(&big)), (32 << 20, want.clone()), "the large download with kubectl {version}");
     }
 
     // kube-rs's `Api::portforward`: a WebSocket naming its ports in `?ports=`
