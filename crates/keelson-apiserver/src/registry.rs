@@ -130,35 +130,36 @@ impl Registry {
     }
 
     /// The ServiceAccount plugin's image pull secrets: a new pod naming none gets its
-    /// ServiceAccount's (`imagePullSecrets` of the account, when it exists).
-    async fn admit_service_account_pull_secrets(&self, def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
+    /// ServiceAccount's (`imagePullSecrets` of the account, when it exists). The account
+    /// to copy them from, read linearizably; `None` when the object needs none.
+    async fn pull_secrets_account(&self, def: &ResourceDef, obj: &Value) -> Result<Option<Value>, ApiError> {
         if (def.group, def.kind) != ("", "Pod") || obj.pointer("/spec/imagePullSecrets").and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
-            return Ok(());
+            return Ok(None);
         }
-        let Some(sa_def) = crate::catalog::lookup("", "v1", "serviceaccounts") else { return Ok(()) };
-        let ns = meta::namespace_of(obj).unwrap_or("default").to_string();
-        let account = obj.pointer("/spec/serviceAccountName").and_then(Value::as_str).unwrap_or("default").to_string();
-        if let Some(sa) = self.store.get(&object_key(sa_def, Some(&ns), &account)).await? {
-            crate::admission::copy_service_account_pull_secrets(obj, &sa.obj);
-        }
-        Ok(())
+        let Some(sa_def) = crate::catalog::lookup("", "v1", "serviceaccounts") else { return Ok(None) };
+        let ns = meta::namespace_of(obj).unwrap_or("default");
+        let account = obj.pointer("/spec/serviceAccountName").and_then(Value::as_str).unwrap_or("default");
+        Ok(self.store.get(&object_key(sa_def, Some(ns), account)).await?.map(|sa| sa.obj))
     }
 
-    /// Priority admission: a new pod's priority from its class; a PriorityClass that
-    /// claims to be the default while another one is.
-    async fn admit_priority(&self, def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
+    /// Whether Priority admission needs the PriorityClasses for this object.
+    fn wants_priority_classes(def: &ResourceDef, obj: &Value) -> bool {
+        match (def.group, def.kind) {
+            ("", "Pod") => true,
+            ("scheduling.k8s.io", "PriorityClass") => obj.get("globalDefault").and_then(Value::as_bool) == Some(true),
+            _ => false,
+        }
+    }
+
+    /// Priority admission over the PriorityClasses read for it: a new pod's priority from
+    /// its class; a PriorityClass that claims to be the default while another one is.
+    fn admit_priority(def: &ResourceDef, obj: &mut Value, classes: &[Value]) -> Result<(), ApiError> {
         use crate::admission::priority;
         let name = meta::name_of(obj).to_string();
         let refuse = |why: String| ApiError::Forbidden(format!("{} \"{name}\" is forbidden: {why}", def.qualified()));
         match (def.group, def.kind) {
-            ("", "Pod") => {
-                let classes = self.priority_classes().await?;
-                priority::admit_pod_priority(obj, &classes).map_err(refuse)
-            }
-            ("scheduling.k8s.io", "PriorityClass") if obj.get("globalDefault").and_then(Value::as_bool) == Some(true) => {
-                let classes = self.priority_classes().await?;
-                priority::check_single_default(obj, &classes).map_err(refuse)
-            }
+            ("", "Pod") => priority::admit_pod_priority(obj, classes).map_err(refuse),
+            ("scheduling.k8s.io", "PriorityClass") if Self::wants_priority_classes(def, obj) => priority::check_single_default(obj, classes).map_err(refuse),
             _ => Ok(()),
         }
     }
@@ -169,22 +170,36 @@ impl Registry {
         meta::prepare_create(def, &mut obj, ns, &mint())?;
         strategy::apply_defaults(def, &mut obj, true);
         crate::admission::admit_create(def, &mut obj, &mint().suffix);
-        if crate::admission::wants_default_storage_class(def, &obj) {
-            let class = self.default_storage_class().await?;
-            crate::admission::set_default_storage_class(&mut obj, class.as_deref());
+        let name = meta::name_of(&obj).to_string();
+        let ns = meta::namespace_of(&obj).map(str::to_string);
+        // What admission and the namespace fence read, read at once: each is a
+        // linearizable read, and one after another they were most of a pod create's
+        // latency. Their outcomes are then taken in the order the steps run.
+        let wants_storage_class = crate::admission::wants_default_storage_class(def, &obj);
+        let wants_classes = Self::wants_priority_classes(def, &obj);
+        let (storage_class, classes, account, namespace_fence) = tokio::join!(
+            async { if wants_storage_class { self.default_storage_class().await } else { Ok(None) } },
+            async { if wants_classes { self.priority_classes().await } else { Ok(Vec::new()) } },
+            self.pull_secrets_account(def, &obj),
+            async {
+                match def.namespaced {
+                    true => self.namespace_fence(ns.as_deref().unwrap_or("default"), def, &name).await.map(Some),
+                    false => Ok(None),
+                }
+            },
+        );
+        if wants_storage_class {
+            crate::admission::set_default_storage_class(&mut obj, storage_class?.as_deref());
         }
-        self.admit_priority(def, &mut obj).await?;
-        self.admit_service_account_pull_secrets(def, &mut obj).await?;
-        if meta::name_of(&obj).is_empty() {
+        Self::admit_priority(def, &mut obj, &classes?)?;
+        if let Some(sa) = account? {
+            crate::admission::copy_service_account_pull_secrets(&mut obj, &sa);
+        }
+        if name.is_empty() {
             return Err(ApiError::invalid(def.kind, def.group, "", vec![crate::error::Cause::required("metadata.name")]));
         }
         strategy::validate(def, &obj)?;
-        let name = meta::name_of(&obj).to_string();
-        let ns = meta::namespace_of(&obj).map(str::to_string);
-        let mut namespace_fence = None;
-        if def.namespaced {
-            namespace_fence = Some(self.namespace_fence(ns.as_deref().unwrap_or("default"), def, &name).await?);
-        }
+        let mut namespace_fence = namespace_fence?;
         let key = object_key(def, ns.as_deref(), &name);
         for _ in 0..UPDATE_ATTEMPTS {
             let mut candidate = obj.clone();
@@ -258,8 +273,9 @@ impl Registry {
             }
             strategy::validate(def, &desired)?;
             strategy::validate_update(def, &current.obj, &desired)?;
-            if def.kind == "PriorityClass" {
-                self.admit_priority(def, &mut desired).await?;
+            if def.kind == "PriorityClass" && Self::wants_priority_classes(def, &desired) {
+                let classes = self.priority_classes().await?;
+                Self::admit_priority(def, &mut desired, &classes)?;
             }
             let gone = delete_on_update(def, &current.obj, &desired);
             if dry_run {
