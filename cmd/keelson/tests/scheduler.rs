@@ -121,10 +121,22 @@ async fn scheduler_binds_pods_explains_failures_and_survives_its_server_dying() 
     assert_eq!(cond.reason.as_deref(), Some("Unschedulable"));
     let expected = "0/3 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, 2 Insufficient cpu. preemption: 0/3 nodes are available: 1 Preemption is not helpful for scheduling, 2 No preemption victims found for incoming pod.";
     assert_eq!(cond.message.as_deref(), Some(expected));
+    // Events are written after the bind or the failed attempt, on their own: look until
+    // both are there.
     let events: Api<Event> = Api::namespaced(admin.clone(), "default");
-    let all = events.list(&ListParams::default()).await.unwrap().items;
-    assert!(all.iter().any(|e| e.reason.as_deref() == Some("FailedScheduling") && e.involved_object.name.as_deref() == Some("huge") && e.message.as_deref() == Some(expected) && e.type_.as_deref() == Some("Warning")));
-    assert!(all.iter().any(|e| e.reason.as_deref() == Some("Scheduled") && e.message.as_deref() == Some(&format!("Successfully assigned default/small to {}", bound(&listed, "small").unwrap()))));
+    let scheduled = format!("Successfully assigned default/small to {}", bound(&listed, "small").unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let all = events.list(&ListParams::default()).await.unwrap().items;
+        let failed = all.iter().any(|e| e.reason.as_deref() == Some("FailedScheduling") && e.involved_object.name.as_deref() == Some("huge") && e.message.as_deref() == Some(expected) && e.type_.as_deref() == Some("Warning"));
+        let assigned = all.iter().any(|e| e.reason.as_deref() == Some("Scheduled") && e.message.as_deref() == Some(scheduled.as_str()));
+        if failed && assigned {
+            break;
+        }
+        let seen: Vec<_> = all.iter().map(|e| (e.reason.clone(), e.message.clone())).collect();
+        assert!(std::time::Instant::now() < deadline, "FailedScheduling of huge ({failed}) and Scheduled of small ({assigned}) within 30 s: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 
     // A node large enough arrives: the unschedulable pod is retried and bound there.
     nodes.create(&pp, &hollow_node("big-1", "16", zone("z2", "big-1"), json!([]))).await.unwrap();
