@@ -77,12 +77,16 @@ async fn a_simulated_node_runs_the_agents_pod_lifecycle_without_containers() {
     let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
     let client = kube::Client::try_from(kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap()).unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
-    let node = until("node sim-1 Ready", Duration::from_secs(60), || async {
-        let n = nodes.get_opt("sim-1").await.ok().flatten()?;
-        let st = n.status.as_ref()?;
-        st.conditions.as_ref()?.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(n)
-    })
-    .await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let node = loop {
+        let n = nodes.get_opt("sim-1").await.ok().flatten();
+        let ready = n.as_ref().and_then(|n| n.status.as_ref()?.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        if ready {
+            break n.unwrap();
+        }
+        assert!(Instant::now() < deadline, "node sim-1 not Ready within 90 s: {:?}\nagent log:\n{}", n.and_then(|n| n.status), agent_log());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
     let info = node.status.as_ref().unwrap().node_info.as_ref().unwrap();
     assert_eq!(info.container_runtime_version, "simulated://keelson", "the node says it is simulated");
     let cidr = node.spec.as_ref().unwrap().pod_cidr.clone().expect("a podCIDR");

@@ -90,7 +90,23 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
     let mut cfg = cfg;
     cfg.kubelet_port = kubelet.port();
     let reporter = NodeReporter::new(client.clone(), runtime.clone(), cfg.clone());
-    reporter.register().await?;
+    // As the kubelet: a registration the API refuses (a server still bootstrapping its
+    // roles, a moment without a leader) is tried again, backing off to 7 s, until it
+    // takes or the agent is stopped.
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match reporter.register().await {
+            Ok(()) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?backoff, "unable to register the node with the API server; will retry");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Err(e),
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(7));
+            }
+        }
+    }
     let pod_cidr = reporter.wait_pod_cidr(&shutdown).await?;
     if let Some(cidr) = &pod_cidr {
         reporter.write_cni_config(cidr)?;
