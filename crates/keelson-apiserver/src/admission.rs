@@ -61,10 +61,28 @@ const ACCESS_VOLUME_PREFIX: &str = "kube-api-access-";
 
 /// Admission on create: what the enabled plugins change in `obj`. `suffix` names the
 /// service-account volume (`kube-api-access-<suffix>`).
-pub fn admit_create(def: &ResourceDef, obj: &mut Value, suffix: &str) {
+///
+/// `trace` is the creating request's context when its trace is recorded: a pod keeps it
+/// in [`keelson_tracecontext::POD_ANNOTATION`] so the scheduler and the node agent continue
+/// that trace (a value the client wrote there is replaced; without a trace it is kept).
+pub fn admit_create(def: &ResourceDef, obj: &mut Value, suffix: &str, trace: Option<keelson_tracecontext::TraceParent>) {
     if (def.group, def.kind) == ("", "Pod") {
         default_toleration_seconds(obj, DEFAULT_TOLERATION_SECONDS, DEFAULT_TOLERATION_SECONDS);
         mount_service_account_token(obj, suffix);
+        if let Some(trace) = trace {
+            record_creation_trace(obj, trace);
+        }
+    }
+}
+
+fn record_creation_trace(obj: &mut Value, trace: keelson_tracecontext::TraceParent) {
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else { return };
+    let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
+    if !annotations.is_object() {
+        *annotations = json!({});
+    }
+    if let Some(a) = annotations.as_object_mut() {
+        a.insert(keelson_tracecontext::POD_ANNOTATION.into(), Value::String(trace.to_string()));
     }
 }
 
@@ -197,7 +215,7 @@ mod tests {
         if tolerations.is_null() {
             pod["spec"].as_object_mut().unwrap().remove("tolerations");
         }
-        admit_create(crate::catalog::lookup("", "v1", "pods").unwrap(), &mut pod, "x2b4z");
+        admit_create(crate::catalog::lookup("", "v1", "pods").unwrap(), &mut pod, "x2b4z", None);
         pod["spec"]["tolerations"].clone()
     }
 
@@ -242,8 +260,26 @@ mod tests {
     #[test]
     fn only_pods_are_changed() {
         let mut rs = json!({"spec": {"template": {"spec": {}}}});
-        admit_create(crate::catalog::lookup("apps", "v1", "replicasets").unwrap(), &mut rs, "x2b4z");
+        admit_create(crate::catalog::lookup("apps", "v1", "replicasets").unwrap(), &mut rs, "x2b4z", Some(TRACE.parse().unwrap()));
         assert_eq!(rs, json!({"spec": {"template": {"spec": {}}}}));
+    }
+
+    const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn a_pod_created_in_a_trace_keeps_its_context_for_later_actors() {
+        let pods = crate::catalog::lookup("", "v1", "pods").unwrap();
+        let mut pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        admit_create(pods, &mut pod, "x2b4z", Some(TRACE.parse().unwrap()));
+        assert_eq!(pod["metadata"]["annotations"][keelson_tracecontext::POD_ANNOTATION], TRACE);
+        // A client's own value is replaced by the request's; other annotations stay.
+        let mut pod = json!({"metadata": {"name": "p", "annotations": {"a": "b", keelson_tracecontext::POD_ANNOTATION: "forged"}}, "spec": {"containers": []}});
+        admit_create(pods, &mut pod, "x2b4z", Some(TRACE.parse().unwrap()));
+        assert_eq!(pod["metadata"]["annotations"], json!({"a": "b", keelson_tracecontext::POD_ANNOTATION: TRACE}));
+        // Outside a recorded trace nothing is added.
+        let mut pod = json!({"metadata": {"name": "p"}, "spec": {"containers": []}});
+        admit_create(pods, &mut pod, "x2b4z", None);
+        assert!(pod["metadata"].get("annotations").is_none(), "{pod}");
     }
 
     fn access_mounts(c: &Value) -> Vec<&Value> {

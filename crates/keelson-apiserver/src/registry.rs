@@ -169,7 +169,7 @@ impl Registry {
     pub async fn create(&self, def: &ResourceDef, ns: Option<&str>, mut obj: Value, dry_run: bool) -> Result<Value, ApiError> {
         meta::prepare_create(def, &mut obj, ns, &mint())?;
         strategy::apply_defaults(def, &mut obj, true);
-        crate::admission::admit_create(def, &mut obj, &mint().suffix);
+        crate::admission::admit_create(def, &mut obj, &mint().suffix, keelson_tracecontext::TraceParent::current_sampled());
         let name = meta::name_of(&obj).to_string();
         let ns = meta::namespace_of(&obj).map(str::to_string);
         // What admission and the namespace fence read, read at once: each is a

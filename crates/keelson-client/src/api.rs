@@ -49,6 +49,10 @@ pub struct TxnReply {
 pub enum StoreCall {
     Range(RangeCall),
     Txn(TxnRequest),
+    /// A call made inside a recorded trace; `traceparent` (W3C) names the caller's span,
+    /// which the replica's spans for the call continue. Sent only while traces are
+    /// exported; a replica of a release before this variant refuses the frame.
+    Traced { traceparent: String, call: Box<StoreCall> },
 }
 
 /// The answer to one [`StoreCall`], of the same kind.
@@ -82,6 +86,16 @@ impl StoreCall {
         match self {
             StoreCall::Range(r) => 32 + r.request.range.key.len() + r.request.range.range_end.len(),
             StoreCall::Txn(t) => t.wire_size(),
+            StoreCall::Traced { traceparent, call } => traceparent.len() + call.wire_size(),
+        }
+    }
+
+    /// `range` or `txn`, for spans and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreCall::Range(_) => "range",
+            StoreCall::Txn(_) => "txn",
+            StoreCall::Traced { call, .. } => call.kind(),
         }
     }
 }

@@ -94,6 +94,19 @@ impl CallMux {
 
     /// Sends `call` on the stream (opening it if needed) and waits for its reply.
     pub async fn call(&self, call: StoreCall) -> Result<StoreCallReply, Status> {
+        if keelson_tracecontext::TraceParent::current_sampled().is_none() {
+            return self.send(call).await;
+        }
+        // Inside a recorded trace: a span for the call, named to the replica.
+        let span = tracing::info_span!("store-call", kind = call.kind(), endpoint = %self.endpoint);
+        let call = match keelson_tracecontext::TraceParent::of(&span) {
+            Some(parent) => StoreCall::Traced { traceparent: parent.to_string(), call: Box::new(call) },
+            None => call,
+        };
+        tracing::Instrument::instrument(self.send(call), span).await
+    }
+
+    async fn send(&self, call: StoreCall) -> Result<StoreCallReply, Status> {
         let queue = self.queue.get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
             tokio::spawn(run(self.endpoint.clone(), self.channel.clone(), self.leader.clone(), rx));

@@ -77,6 +77,12 @@ pub async fn config_for(server: &str, ca_pem: &str, user: &str, cert: &keelson_p
     let yaml = keelson_pki::kubeconfig(&[keelson_pki::KubeconfigContext { name: "keelson".into(), server: server.into() }], ca_pem, user, cert);
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).map_err(|e| err(e.to_string()))?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await.map_err(|e| err(e.to_string()))?;
-    let client = kube::Client::try_from(config.clone()).map_err(|e| err(e.to_string()))?;
+    let client = traced_client(config.clone()).map_err(|e| err(e.to_string()))?;
     Ok((client, config))
+}
+
+/// A kube-rs client for `config` whose requests carry the current span's `traceparent`,
+/// so the API server's spans for them join the component's trace.
+pub fn traced_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&keelson_tracecontext::InjectLayer).build())
 }

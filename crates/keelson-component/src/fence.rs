@@ -27,7 +27,7 @@ pub fn fenced_client(config: &kube::Config, namespace: &str, name: &str, token: 
     let value = http::HeaderValue::from_str(&claim).map_err(|_| FenceError::Header(claim.clone()))?;
     config.headers.retain(|(n, _)| n.as_str() != HEADER);
     config.headers.push((http::HeaderName::from_static(HEADER), value));
-    Ok(kube::Client::try_from(config)?)
+    Ok(crate::client::traced_client(config)?)
 }
 
 /// Whether a request failed because its fence no longer holds: the lease changed hands,

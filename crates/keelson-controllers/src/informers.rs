@@ -207,7 +207,8 @@ where
             _ = term.ended.cancelled() => return,
             k = rx.next() => match k { Some(k) => k, None => return },
         };
-        let span = tracing::info_span!("reconcile", controller = name, object = %key);
+        let span = tracing::info_span!("reconcile", controller = name, object = %key, trace_id = tracing::field::Empty);
+        keelson_tracecontext::continue_trace(&span, None);
         match tracing::Instrument::instrument(sync(ctx.clone(), key.clone()), span).await {
             Ok(Some(after)) => queue.add_after(&key, after),
             Ok(None) => {}

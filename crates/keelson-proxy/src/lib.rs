@@ -133,7 +133,8 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, shutdown: CancellationT
                 }
             }
         }
-        let span = tracing::info_span!("proxy-sync", node = %cfg.node.name);
+        let span = tracing::info_span!("proxy-sync", node = %cfg.node.name, trace_id = tracing::field::Empty);
+        keelson_tracecontext::continue_trace(&span, None);
         let _enter = span.enter();
         let started = Instant::now();
         let (model, new_flows) = current(&mut cache, &services, &slices, &cfg.node);

@@ -150,6 +150,7 @@ impl<B: KvBackend> RaftStateMachine<KeelsonRaft> for KeelsonStateMachine<B> {
             run.push(item);
         }
         for chunk in run.chunks_mut(APPLY_CHUNK) {
+            let chunk_len = chunk.len();
             let mut applied_bytes = Vec::with_capacity(chunk.len());
             for (entry, _) in chunk.iter() {
                 self.last_applied = Some(entry.log_id);
@@ -167,6 +168,19 @@ impl<B: KvBackend> RaftStateMachine<KeelsonRaft> for KeelsonStateMachine<B> {
                         _ => None,
                     };
                     (cmd, bytes.as_slice())
+                })
+                .collect();
+            // Traced entries get an `apply` span each, in the proposer's trace, covering
+            // the engine write of their chunk and the replies.
+            let apply_spans: Vec<tracing::Span> = chunk
+                .iter()
+                .filter_map(|(entry, _)| match &entry.payload {
+                    EntryPayload::Normal(cmd) => cmd.trace().map(|parent| {
+                        let span = tracing::info_span!("apply", index = entry.log_id.index, entries = chunk_len, trace_id = tracing::field::Empty);
+                        keelson_tracecontext::continue_trace(&span, Some(parent));
+                        span
+                    }),
+                    _ => None,
                 })
                 .collect();
             let results = self.store.apply_batch(&batch).map_err(io::Error::other)?;
@@ -191,6 +205,7 @@ impl<B: KvBackend> RaftStateMachine<KeelsonRaft> for KeelsonStateMachine<B> {
                     responder.send(ApplyOutcome { revision, response: response.map(|r| r.1) });
                 }
             }
+            drop(apply_spans); // The traced entries are applied and answered.
         }
         Ok(())
     }

@@ -24,12 +24,32 @@ pub struct MemberNode {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LogCommand {
     V1(Command),
+    /// A command proposed inside a recorded trace: `traceparent` (W3C) names the proposer's
+    /// span, so each replica's apply of the entry joins that trace. Written only while
+    /// traces are exported.
+    Traced { command: Command, traceparent: String },
 }
 
 impl LogCommand {
+    /// `command` as an entry, traced when the current span is recorded.
+    pub fn proposed(command: Command) -> Self {
+        match keelson_tracecontext::TraceParent::current_sampled() {
+            Some(p) => LogCommand::Traced { command, traceparent: p.to_string() },
+            None => LogCommand::V1(command),
+        }
+    }
+
     pub fn command(&self) -> &Command {
         match self {
-            LogCommand::V1(c) => c,
+            LogCommand::V1(c) | LogCommand::Traced { command: c, .. } => c,
+        }
+    }
+
+    /// The proposer's trace context, for entries that carry one.
+    pub fn trace(&self) -> Option<keelson_tracecontext::TraceParent> {
+        match self {
+            LogCommand::V1(_) => None,
+            LogCommand::Traced { traceparent, .. } => traceparent.parse().ok(),
         }
     }
 }

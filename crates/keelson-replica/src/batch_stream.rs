@@ -34,6 +34,16 @@ async fn run_call(replica: &Replica, call: StoreCall) -> StoreCallReply {
     match call {
         StoreCall::Range(r) => StoreCallReply::Range(replica.range(r).await),
         StoreCall::Txn(t) => StoreCallReply::Txn(replica.txn(t, false).await),
+        StoreCall::Traced { traceparent, call } => {
+            // The caller's trace, continued here (a call can be wrapped only once).
+            let span = tracing::info_span!("replica-call", kind = call.kind(), member = replica.id(), trace_id = tracing::field::Empty);
+            keelson_tracecontext::continue_trace(&span, traceparent.parse().ok());
+            let call = match *call {
+                StoreCall::Traced { call, .. } => *call,
+                plain => plain,
+            };
+            Box::pin(run_call(replica, call)).instrument(span).await
+        }
     }
 }
 
@@ -68,8 +78,7 @@ pub(crate) async fn serve_stream(replica: Replica, mut frames: Streaming<Envelop
                         let Ok(permit) = permits.clone().acquire_owned().await else { return };
                         running += 1;
                         let (replica, done_tx) = (replica.clone(), done_tx.clone());
-                        let kind = match &call { StoreCall::Range(_) => "range", StoreCall::Txn(_) => "txn" };
-                        let span = tracing::debug_span!("batch_call", id, kind);
+                        let span = tracing::debug_span!("batch_call", id, kind = call.kind());
                         tokio::spawn(
                             async move {
                                 let reply = run_call(&replica, call).await;

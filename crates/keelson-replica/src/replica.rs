@@ -252,7 +252,7 @@ impl Replica {
         if !self.is_leader() {
             return not_leader(self.leader().map(|l| l.0));
         }
-        let cmds = requests.into_iter().map(|t| LogCommand::V1(Command::Txn(t)));
+        let cmds = requests.into_iter().map(|t| LogCommand::proposed(Command::Txn(t)));
         let mut stream = match self.inner.raft.client_write_many(cmds).await {
             Ok(s) => s,
             Err(e) => return (0..n).map(|_| Err(StoreError::Unavailable(e.to_string()))).collect(),
@@ -297,8 +297,17 @@ impl Replica {
     async fn propose(&self, cmd: Command, forwarded: bool) -> Result<(Revision, CommandResponse), StoreError> {
         let deadline = Instant::now() + LEADER_WAIT;
         loop {
-            match self.inner.raft.client_write(LogCommand::V1(cmd.clone())).await {
+            // Inside a recorded trace the proposal gets a span (its length is the time to
+            // commit and apply here) and the entry carries the trace to every replica.
+            let span = match keelson_tracecontext::TraceParent::current_sampled() {
+                Some(_) => tracing::info_span!("raft-propose", leader = self.inner.id, term = tracing::field::Empty, index = tracing::field::Empty),
+                None => tracing::Span::none(),
+            };
+            let entry = span.in_scope(|| LogCommand::proposed(cmd.clone()));
+            let written = tracing::Instrument::instrument(self.inner.raft.client_write(entry), span.clone()).await;
+            match written {
                 Ok(resp) => {
+                    span.record("term", resp.log_id.leader_id.term).record("index", resp.log_id.index);
                     self.inner.stats.writes.inc();
                     let out = resp.data;
                     let reply = out.response.ok_or_else(|| StoreError::Unavailable("entry applied without a reply".into()))?;

@@ -337,7 +337,10 @@ impl Scheduler {
         }
         let snapshot = self.cache.snapshot();
         let nodes = snapshot.nodes.len();
-        let span = tracing::info_span!("schedule", pod = %key, nodes);
+        // The cycle continues the trace of the request that created the pod, if it was
+        // recorded; otherwise it is a trace of its own, not part of the term's span.
+        let span = tracing::info_span!("schedule", pod = %key, nodes, node = tracing::field::Empty, trace_id = tracing::field::Empty);
+        keelson_tracecontext::continue_trace(&span, keelson_tracecontext::from_annotations(pod.metadata.annotations.as_ref()));
         let _enter = span.enter();
         let started = std::time::Instant::now();
         let decision = schedule(&self.profile, &pod, snapshot, self.start, rand::random());
@@ -348,6 +351,7 @@ impl Scheduler {
         }
         match decision {
             Decision::Bind { node, .. } => {
+                span.record("node", node.as_str());
                 tracing::debug!(%node, "scheduled");
                 let claims: Vec<String> = crate::plugins::volume::delayed_claims(&snapshot.volumes, &pod).iter().filter_map(|c| c.metadata.name.clone()).collect();
 

@@ -67,6 +67,9 @@ struct WorkerState {
     /// Termination messages of exited containers by container id, read once (an exited
     /// container's message file and log no longer change).
     termination_messages: HashMap<String, String>,
+    /// A sync found nothing to start: the pod's start-up is over, and later syncs no longer
+    /// continue the trace of the request that created it.
+    started_up: bool,
 }
 
 struct Verdicts<'a>(&'a WorkerState, &'a Observed);
@@ -170,7 +173,10 @@ pub async fn run(ctx: Arc<PodContext>, mut pod_rx: watch::Receiver<Pod>, removed
     loop {
         let pod = pod_rx.borrow_and_update().clone();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let span = tracing::info_span!("pod-sync", pod = %format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or("")));
+        let span = tracing::info_span!("pod-sync", pod = %format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or("")), trace_id = tracing::field::Empty);
+        // Start-up syncs continue the pod's creation trace; later ones are traces of their own.
+        let creation = if state.started_up { None } else { keelson_tracecontext::from_annotations(pod.metadata.annotations.as_ref()) };
+        keelson_tracecontext::continue_trace(&span, creation);
         if removed.is_cancelled() {
             let _ = tracing::Instrument::instrument(teardown(&ctx, &pod, Duration::from_secs(2)), span).await;
             return;
@@ -205,6 +211,7 @@ async fn sync(ctx: &PodContext, pod: &Pod, uid: &str, state: &mut WorkerState) -
     let mut observed = ctx.observe(uid).await?;
     let p = plan(spec, &observed, &Verdicts(state, &observed), now_ns(), phase_terminal);
     let acted = !p.actions.is_empty();
+    state.started_up |= !acted;
     let mut progressed = false;
     for action in &p.actions {
         progressed |= perform(ctx, pod, state, &observed, action).await;

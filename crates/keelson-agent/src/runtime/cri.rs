@@ -152,16 +152,19 @@ impl Runtime for CriRuntime {
         Ok(format!("{}://{}", v.runtime_name, v.runtime_version.trim_start_matches('v')))
     }
 
+    #[tracing::instrument(name = "RunPodSandbox", level = "info", skip_all, fields(runtime = "cri"))]
     async fn run_sandbox(&self, spec: &SandboxSpec) -> Result<String, RuntimeError> {
         let req = cri::RunPodSandboxRequest { config: Some(sandbox_config(spec)), runtime_handler: String::new() };
         Ok(self.runtime.clone().run_pod_sandbox(req).await.map_err(call("RunPodSandbox"))?.into_inner().pod_sandbox_id)
     }
 
+    #[tracing::instrument(name = "StopPodSandbox", level = "info", skip_all, fields(runtime = "cri"))]
     async fn stop_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
         self.runtime.clone().stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: id.into() }).await.map_err(call("StopPodSandbox"))?;
         Ok(())
     }
 
+    #[tracing::instrument(name = "RemovePodSandbox", level = "info", skip_all, fields(runtime = "cri"))]
     async fn remove_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
         self.runtime.clone().remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.into() }).await.map_err(call("RemovePodSandbox"))?;
         Ok(())
@@ -191,6 +194,7 @@ impl Runtime for CriRuntime {
         Ok(self.images.clone().image_status(req).await.map_err(call("ImageStatus"))?.into_inner().image.map(|i| i.id))
     }
 
+    #[tracing::instrument(name = "PullImage", level = "info", skip_all, fields(runtime = "cri"))]
     async fn pull_image(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<String, RuntimeError> {
         let auth = auth.map(|a| cri::AuthConfig {
             username: a.username.clone(),
@@ -212,6 +216,7 @@ impl Runtime for CriRuntime {
             .collect())
     }
 
+    #[tracing::instrument(name = "CreateContainer", level = "info", skip_all, fields(runtime = "cri"))]
     async fn create_container(&self, sandbox_id: &str, sandbox: &SandboxSpec, spec: &ContainerSpec) -> Result<String, RuntimeError> {
         let r = &spec.resources;
         let config = cri::ContainerConfig {
@@ -258,22 +263,26 @@ impl Runtime for CriRuntime {
         Ok(self.runtime.clone().create_container(req).await.map_err(call("CreateContainer"))?.into_inner().container_id)
     }
 
+    #[tracing::instrument(name = "StartContainer", level = "info", skip_all, fields(runtime = "cri"))]
     async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
         self.runtime.clone().start_container(cri::StartContainerRequest { container_id: id.into() }).await.map_err(call("StartContainer"))?;
         Ok(())
     }
 
+    #[tracing::instrument(name = "StopContainer", level = "info", skip_all, fields(runtime = "cri"))]
     async fn stop_container(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
         let req = cri::StopContainerRequest { container_id: id.into(), timeout: grace.as_secs() as i64 };
         self.runtime.clone().stop_container(req).await.map_err(call("StopContainer"))?;
         Ok(())
     }
 
+    #[tracing::instrument(name = "RemoveContainer", level = "info", skip_all, fields(runtime = "cri"))]
     async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
         self.runtime.clone().remove_container(cri::RemoveContainerRequest { container_id: id.into() }).await.map_err(call("RemoveContainer"))?;
         Ok(())
     }
 
+    #[tracing::instrument(name = "ExecSync", level = "info", skip_all, fields(runtime = "cri"))]
     async fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult, RuntimeError> {
         let req = cri::ExecSyncRequest { container_id: id.into(), cmd: cmd.to_vec(), timeout: timeout.as_secs().max(1) as i64 };
         let r = self.runtime.clone().exec_sync(req).await.map_err(call("ExecSync"))?.into_inner();

@@ -144,6 +144,7 @@ impl Runtime for SimulatedRuntime {
         Ok(())
     }
 
+    #[tracing::instrument(name = "RunPodSandbox", level = "info", skip_all, fields(runtime = "simulated"))]
     async fn run_sandbox(&self, spec: &SandboxSpec) -> Result<String, RuntimeError> {
         let now = (self.clock)();
         let mut st = self.lock();
@@ -161,6 +162,7 @@ impl Runtime for SimulatedRuntime {
         Ok(id)
     }
 
+    #[tracing::instrument(name = "StopPodSandbox", level = "info", skip_all, fields(runtime = "simulated"))]
     async fn stop_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
         let now = (self.clock)();
         let mut st = self.lock();
@@ -173,6 +175,7 @@ impl Runtime for SimulatedRuntime {
         Ok(())
     }
 
+    #[tracing::instrument(name = "RemovePodSandbox", level = "info", skip_all, fields(runtime = "simulated"))]
     async fn remove_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
         let mut st = self.lock();
         st.sandboxes.remove(id);
@@ -193,6 +196,7 @@ impl Runtime for SimulatedRuntime {
         Ok(self.lock().images.get(image).cloned())
     }
 
+    #[tracing::instrument(name = "PullImage", level = "info", skip_all, fields(runtime = "simulated"))]
     async fn pull_image(&self, image: &str, _auth: Option<&RegistryAuth>) -> Result<String, RuntimeError> {
         use sha2::Digest;
         let id = format!("sha256:{:x}", sha2::Sha256::digest(image.as_bytes()));
@@ -204,6 +208,7 @@ impl Runtime for SimulatedRuntime {
         Ok(self.lock().images.iter().map(|(name, id)| ImageInfo { id: id.clone(), names: vec![name.clone()], size_bytes: 0 }).collect())
     }
 
+    #[tracing::instrument(name = "CreateContainer", level = "info", skip_all, fields(runtime = "simulated"))]
     async fn create_container(&self, sandbox_id: &str, sandbox_spec: &SandboxSpec, spec: &ContainerSpec) -> Result<String, RuntimeError> {
         if !sandbox_spec.log_directory.is_empty() && !spec.log_path.is_empty() {
             // The log file, as a runtime makes it; nothing is ever written to it.
@@ -236,6 +241,7 @@ impl Runtime for SimulatedRuntime {
         Ok(id)
     }
 
+    #[tracing::instrument(name = "StartContainer", level = "info", skip_all, fields(runtime = "simulated"))]
     async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
         let now = (self.clock)();
         let mut st = self.lock();
@@ -247,6 +253,7 @@ impl Runtime for SimulatedRuntime {
         Ok(())
     }
 
+    #[tracing::instrument(name = "StopContainer", level = "info", skip_all, fields(runtime = "simulated"))]
     async fn stop_container(&self, id: &str, _grace: Duration) -> Result<(), RuntimeError> {
         let now = (self.clock)();
         let mut st = self.lock();
@@ -256,11 +263,13 @@ impl Runtime for SimulatedRuntime {
         Ok(())
     }
 
+    #[tracing::instrument(name = "RemoveContainer", level = "info", skip_all, fields(runtime = "simulated"))]
     async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
         self.lock().containers.remove(id);
         Ok(())
     }
 
+    #[tracing::instrument(name = "ExecSync", level = "info", skip_all, fields(runtime = "simulated"))]
     async fn exec_sync(&self, id: &str, _cmd: &[String], _timeout: Duration) -> Result<ExecResult, RuntimeError> {
         let now = (self.clock)();
         let st = self.lock();

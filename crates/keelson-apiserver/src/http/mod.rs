@@ -292,16 +292,41 @@ async fn authenticate(state: &ApiState, identity: Option<Identity>, headers: &ht
 }
 
 async fn handle(state: Arc<ApiState>, identity: Option<Identity>, peer: String, req: Request) -> Response {
-    let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), user = tracing::field::Empty);
+    use tracing::field::Empty;
+    let r = route(req.uri().path());
+    // One span per request, continuing the caller's `traceparent` (as kube-apiserver
+    // does) or starting a trace. Health probes, which balancers send every few hundred
+    // milliseconds, get a debug span: logged when asked for, never exported.
+    let span = if matches!(r, Route::Health(_)) {
+        tracing::debug_span!("request", method = %req.method(), path = %req.uri().path(), verb = Empty, resource = Empty, namespace = Empty, name = Empty, user = Empty, code = Empty, trace_id = Empty)
+    } else {
+        tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), verb = Empty, resource = Empty, namespace = Empty, name = Empty, user = Empty, code = Empty, trace_id = Empty)
+    };
+    keelson_tracecontext::continue_trace(&span, keelson_tracecontext::from_headers(req.headers()));
     use tracing::Instrument;
     async move {
-        let r = route(req.uri().path());
         let method = req.method().clone();
         let uri = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
         let query = parse_query(req.uri().query());
         let ua = req.headers().get(http::header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
         let command = req.headers().get("kubectl-command").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
         let attrs = crate::auth::attributes::attributes(&method, &r, req.uri().path(), &query);
+        let here = tracing::Span::current();
+        match &attrs {
+            keelson_rbac::Attributes::Resource(a) => {
+                here.record("verb", a.verb.as_str());
+                here.record("resource", match &a.subresource { Some(sub) => format!("{}/{sub}", a.resource), None => a.resource.clone() });
+                if let Some(ns) = &a.namespace {
+                    here.record("namespace", ns.as_str());
+                }
+                if let Some(name) = &a.name {
+                    here.record("name", name.as_str());
+                }
+            }
+            keelson_rbac::Attributes::NonResource(a) => {
+                here.record("verb", a.verb.as_str());
+            }
+        }
         // Health, the CA certificate and joining (which checks its own token) need no
         // credentials; everything else does.
         let public = matches!(r, Route::Health(_) | Route::KeelsonCaCerts | Route::KeelsonJoin);
@@ -309,9 +334,13 @@ async fn handle(state: Arc<ApiState>, identity: Option<Identity>, peer: String, 
             None
         } else {
             let headers = req.headers().clone();
-            match authorize(&state, identity, &headers, &attrs).await {
+            match authorize(&state, identity, &headers, &attrs).instrument(tracing::info_span!("authorize")).await {
                 Ok(c) => Some(c),
-                Err(e) => return error_response(&e),
+                Err(e) => {
+                    let resp = error_response(&e);
+                    tracing::Span::current().record("code", resp.status().as_u16());
+                    return resp;
+                }
             }
         };
         if let Some(c) = &caller {
@@ -338,6 +367,7 @@ async fn handle(state: Arc<ApiState>, identity: Option<Identity>, peer: String, 
                 error_response(&e)
             }
         };
+        tracing::Span::current().record("code", resp.status().as_u16());
         if let keelson_rbac::Attributes::Resource(a) = &attrs {
             let resource = match &a.subresource {
                 Some(sub) => format!("{}/{sub}", a.resource),

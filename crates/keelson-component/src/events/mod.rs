@@ -85,7 +85,9 @@ impl EventRecorder {
         let ev = self.event(regarding, type_, reason, message);
         let sink = self.inner.sink.get_or_init(|| {
             let (tx, rx) = mpsc::channel(QUEUED);
-            tokio::spawn(sink(self.inner.client.clone(), rx).instrument(tracing::info_span!("event_sink", component = %self.inner.component)));
+            // The sink outlives whatever span first published: it is a root of its own,
+            // so it does not keep that span (a request, a scheduling cycle) open forever.
+            tokio::spawn(sink(self.inner.client.clone(), rx).instrument(tracing::info_span!(parent: None, "event_sink", component = %self.inner.component)));
             tx
         });
         if let Err(mpsc::error::TrySendError::Full(ev)) = sink.try_send(ev) {

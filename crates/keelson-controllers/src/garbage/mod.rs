@@ -81,7 +81,8 @@ pub(crate) async fn run(ctx: Arc<Ctx>) {
 /// (the term is over).
 pub(crate) async fn sweep(term: &Leadership, kinds: &Kinds, objects: &[(&str, &ObjectMeta)], owner_kinds: &[&str]) -> bool {
     for action in collect_owned_by(objects, owner_kinds) {
-        let span = tracing::info_span!("reconcile", controller = "garbagecollector", action = ?action);
+        let span = tracing::info_span!("reconcile", controller = "garbagecollector", action = ?action, trace_id = tracing::field::Empty);
+        keelson_tracecontext::continue_trace(&span, None);
         match tracing::Instrument::instrument(execute(&term.client, kinds, &action), span).await {
             Ok(()) => {}
             Err(SyncError::Fenced) => {

@@ -58,7 +58,8 @@ pub(crate) async fn run(informers: Arc<NodeInformers>, config: IpamConfig) {
             .collect();
         let reserved: Vec<Ipv4Cidr> = pending.values().copied().collect();
         for decision in allocate::allocate(&config, &views, &reserved) {
-            let span = tracing::info_span!("reconcile", controller = "nodeipam", decision = ?decision);
+            let span = tracing::info_span!("reconcile", controller = "nodeipam", decision = ?decision, trace_id = tracing::field::Empty);
+            keelson_tracecontext::continue_trace(&span, None);
             let step = execute(&nodes_api, &events, &nodes, &decision, &mut reported_full, &config);
             match tracing::Instrument::instrument(step, span).await {
                 Ok(Some((node, cidr))) => {

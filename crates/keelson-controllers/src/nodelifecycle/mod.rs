@@ -55,7 +55,8 @@ pub(crate) async fn run(informers: Arc<NodeInformers>, config: LifecycleConfig) 
             let on_node = by_node.get(name.as_str()).map(Vec::as_slice).unwrap_or(&[]);
             let actions = reconcile::reconcile(node, &observed, on_node, now, &config);
             health.insert(name.clone(), observed);
-            let span = tracing::info_span!("reconcile", controller = "nodelifecycle", node = %name);
+            let span = tracing::info_span!("reconcile", controller = "nodelifecycle", node = %name, trace_id = tracing::field::Empty);
+            keelson_tracecontext::continue_trace(&span, None);
             match tracing::Instrument::instrument(execute(&informers, &events, node, &actions, now), span).await {
                 Ok(()) => {}
                 Err(SyncError::Fenced) => {

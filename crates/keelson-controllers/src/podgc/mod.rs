@@ -37,7 +37,8 @@ pub(crate) async fn run(informers: Arc<NodeInformers>) {
         let now = Timestamp::now();
         missing_since = missing_nodes(&pods, &nodes, &missing_since, now);
         for c in collect(&pods, &nodes, &missing_since, now, TERMINATED_POD_THRESHOLD) {
-            let span = tracing::info_span!("reconcile", controller = "podgc", pod = %format!("{}/{}", c.namespace, c.name), reason = ?c.reason);
+            let span = tracing::info_span!("reconcile", controller = "podgc", pod = %format!("{}/{}", c.namespace, c.name), reason = ?c.reason, trace_id = tracing::field::Empty);
+            keelson_tracecontext::continue_trace(&span, None);
             match tracing::Instrument::instrument(force_delete(&informers.term.client, &c), span).await {
                 Ok(()) => {}
                 Err(SyncError::Fenced) => {

@@ -76,7 +76,8 @@ pub(crate) async fn run(informers: Arc<NodeInformers>) {
                     if !evicted.insert(uid.clone()) {
                         continue;
                     }
-                    let span = tracing::info_span!("reconcile", controller = "tainteviction", pod = %format!("{}/{}", key.0, key.1));
+                    let span = tracing::info_span!("reconcile", controller = "tainteviction", pod = %format!("{}/{}", key.0, key.1), trace_id = tracing::field::Empty);
+                    keelson_tracecontext::continue_trace(&span, None);
                     match tracing::Instrument::instrument(evict(&informers, &events, pod, now), span).await {
                         Ok(()) => {}
                         Err(SyncError::Fenced) => {
