@@ -81,6 +81,13 @@ pub struct AgentArgs {
     inject_bug: Option<keelson_agent::agent::InjectedBug>,
 }
 
+impl AgentArgs {
+    /// The Node's name, when given.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+}
+
 /// Which runtime an agent drives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum RuntimeKind {

@@ -33,7 +33,7 @@ pub struct UpArgs {
     base_port: u16,
 }
 
-pub async fn up(args: UpArgs, log: &crate::logging::LogArgs) -> anyhow::Result<()> {
+pub async fn up(args: UpArgs, log: &crate::logging::LogArgs, traces: &crate::telemetry::TraceArgs) -> anyhow::Result<()> {
     if args.servers == 0 || args.servers > 9 {
         bail!("--servers must be between 1 and 9 (3 or 5 for fault tolerance), got {}", args.servers);
     }
@@ -52,9 +52,9 @@ pub async fn up(args: UpArgs, log: &crate::logging::LogArgs) -> anyhow::Result<(
         binary: std::env::current_exe().context("locating the keelson binary")?,
         dir: args.data_dir.clone(),
         isolation,
-        // The servers and agents log as `up` was asked to.
-        server_args: log.to_argv(),
-        node_args: log.to_argv(),
+        // The servers and agents log, and export spans, as `up` was asked to.
+        server_args: [log.to_argv(), traces.to_argv()].concat(),
+        node_args: [log.to_argv(), traces.to_argv()].concat(),
         base_port: args.base_port,
     };
     let cluster = Cluster::start(spec, |msg| println!("keelson up: {msg}")).await?;

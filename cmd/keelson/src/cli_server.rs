@@ -87,6 +87,13 @@ pub struct ServerArgs {
     components: crate::components::ComponentArgs,
 }
 
+impl ServerArgs {
+    /// This replica's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
 /// Where clients reach this server's API: the API listen address, or (when it is a
 /// wildcard) the host this server advertises to its peers, else loopback.
 fn api_address(args: &ServerArgs) -> SocketAddr {

@@ -4,7 +4,8 @@
 
 use clap::{Args, ValueEnum};
 use tracing_subscriber::fmt::MakeWriter;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 /// What a long-running command logs when neither `--log-level` nor `KEELSON_LOG` is given.
 pub const DEFAULT_FILTER: &str = "info,openraft=warn,h2=warn,tower=warn";
@@ -59,29 +60,44 @@ impl LogArgs {
     }
 }
 
-/// A subscriber writing to `writer` in `format`, keeping the events `filter` lets through.
-pub fn subscriber<W>(format: LogFormat, filter: &str, ansi: bool, writer: W) -> Box<dyn tracing::Subscriber + Send + Sync>
+/// The log layer: events `filter` lets through, written to `writer` in `format`.
+pub fn log_layer<W>(format: LogFormat, filter: &str, ansi: bool, writer: W) -> Box<dyn Layer<Registry> + Send + Sync>
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
     // `filter` was checked by `parse_filter`; a default is a constant known to parse.
     let filter = EnvFilter::builder().parse_lossy(filter);
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
+    let layer = tracing_subscriber::fmt::layer().with_writer(writer);
     match format {
-        LogFormat::Text => Box::new(builder.with_ansi(ansi).finish()),
-        LogFormat::Json => Box::new(builder.json().flatten_event(true).with_current_span(true).with_span_list(true).finish()),
+        LogFormat::Text => layer.with_ansi(ansi).with_filter(filter).boxed(),
+        LogFormat::Json => layer.json().flatten_event(true).with_current_span(true).with_span_list(true).with_filter(filter).boxed(),
     }
 }
 
-/// Installs the process-wide subscriber: stderr, filtered by the flags or `default`. With
-/// `default` `None` (one-shot commands) nothing is logged unless a level was asked for.
-pub fn init(args: &LogArgs, default: Option<&str>) -> anyhow::Result<()> {
-    let Some(filter) = args.log_level.as_deref().or(default) else { return Ok(()) };
+/// A subscriber writing to `writer` in `format`, keeping the events `filter` lets through.
+#[cfg(test)]
+pub fn subscriber<W>(format: LogFormat, filter: &str, ansi: bool, writer: W) -> impl tracing::Subscriber + Send + Sync
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::registry().with(log_layer(format, filter, ansi, writer))
+}
+
+/// Installs the process-wide subscriber: logs to stderr, filtered by the flags or
+/// `default`, and the spans' export when `traces` is given. With `default` `None`
+/// (one-shot commands) nothing is logged unless a level was asked for.
+pub fn init(args: &LogArgs, default: Option<&str>, traces: Option<&opentelemetry_sdk::trace::SdkTracerProvider>) -> anyhow::Result<()> {
+    let filter = args.log_level.as_deref().or(default);
+    if filter.is_none() && traces.is_none() {
+        return Ok(());
+    }
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal();
+    let logs = filter.map(|f| log_layer(args.log_format, f, ansi, std::io::stderr));
+    let exported = traces.map(crate::telemetry::layer);
     // `try_init` also routes the `log` crate's records (some dependencies') into tracing.
     use tracing_subscriber::util::SubscriberInitExt;
-    subscriber(args.log_format, filter, ansi, std::io::stderr).try_init()?;
+    tracing_subscriber::registry().with(logs).with(exported).try_init()?;
     Ok(())
 }
 

@@ -8,6 +8,7 @@ mod cli_server;
 mod components;
 mod logging;
 mod status;
+mod telemetry;
 
 use clap::{Parser, Subcommand};
 
@@ -18,6 +19,8 @@ struct Cli {
     command: Cmd,
     #[command(flatten)]
     log: logging::LogArgs,
+    #[command(flatten)]
+    traces: telemetry::TraceArgs,
 }
 
 #[derive(Subcommand)]
@@ -82,6 +85,17 @@ enum BenchCmd {
 }
 
 impl Cmd {
+    /// Who the process's spans say exported them.
+    fn trace_identity(&self) -> telemetry::Identity {
+        let host = || std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+        match self {
+            Cmd::Server(a) => telemetry::Identity { service: "keelson-server", instance: a.name().to_string() },
+            Cmd::Agent(a) => telemetry::Identity { service: "keelson-agent", instance: a.name().map(str::to_string).unwrap_or_else(host) },
+            Cmd::HollowNodes(_) => telemetry::Identity { service: "keelson-hollow-nodes", instance: host() },
+            _ => telemetry::Identity { service: "keelson", instance: host() },
+        }
+    }
+
     /// Commands that run until stopped log at `info` by default; one-shot commands only
     /// when `--log-level` (or `KEELSON_LOG`) asks.
     fn default_log_filter(&self) -> Option<&'static str> {
@@ -96,11 +110,27 @@ fn main() -> anyhow::Result<()> {
     // One TLS crypto provider for the API server and kube-rs clients.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
-    logging::init(&cli.log, cli.command.default_log_filter())?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // Spans are exported from the runtime's tasks; the provider is made inside it.
+    let traces = {
+        let _in_runtime = rt.enter();
+        telemetry::provider(&cli.traces, &cli.command.trace_identity())?
+    };
+    logging::init(&cli.log, cli.command.default_log_filter(), traces.as_ref())?;
+    let outcome = run(cli, &rt);
+    if let Some(provider) = traces {
+        // Whatever is still batched leaves before the process does.
+        if let Err(e) = provider.shutdown() {
+            eprintln!("keelson: exporting the last spans: {e}");
+        }
+    }
+    outcome
+}
+
+fn run(cli: Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     match cli.command {
         Cmd::Server(args) => rt.block_on(cli_server::run(args)),
-        Cmd::Up(args) => rt.block_on(cli_cluster::up(args, &cli.log)),
+        Cmd::Up(args) => rt.block_on(cli_cluster::up(args, &cli.log, &cli.traces)),
         Cmd::Status(args) => rt.block_on(status::run(args)),
         Cmd::Member(cmd) => rt.block_on(cli_cluster::member(cmd)),
         Cmd::Kv(cmd) => rt.block_on(cli_cluster::kv(cmd)),

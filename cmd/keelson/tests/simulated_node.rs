@@ -6,30 +6,14 @@
 //! pod is stopped and gone. Runs on any machine.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+mod sim_support;
+use sim_support::SimulatedAgent;
 
 async fn until<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
 where
@@ -61,32 +45,12 @@ async fn a_simulated_node_runs_the_agents_pod_lifecycle_without_containers() {
     let cluster = keelson_runner::Cluster::start(keelson_runner::ClusterSpec::loopback(1, binary.clone(), dir.join("cluster")), |m| eprintln!("cluster: {m}")).await.unwrap();
     cluster.wait_api(Duration::from_secs(60)).await.unwrap();
     let kubeconfig = cluster.kubeconfig_path();
-    let token = Command::new(&binary).args(["token", "create", "--usage", "node", "--kubeconfig"]).arg(&kubeconfig).output().unwrap();
-    assert!(token.status.success(), "{}", String::from_utf8_lossy(&token.stderr));
-    let token = String::from_utf8(token.stdout).unwrap().trim().lines().last().unwrap().to_string();
-    let log = std::fs::File::create(dir.join("agent.log")).unwrap();
-    let mut agent = Command::new(&binary);
-    agent.args(["agent", "--runtime", "simulated", "--name", "sim-1", "--node-ip", "127.0.0.1", "--kubelet-port", "0", "--heartbeat", "2s"]);
-    agent.args(["--ingress-http-port", "0", "--ingress-https-port", "0", "--pod-cidr", "10.77.0.0/24", "--eviction-hard", "nodefs.available<0%"]);
-    for url in cluster.api_endpoints() {
-        agent.args(["--server", &format!("https://{url}")]);
-    }
-    let _agent = Agent(agent.arg("--data-dir").arg(dir.join("sim-1")).env("KEELSON_TOKEN", &token).stdout(Stdio::null()).stderr(Stdio::from(log)).spawn().unwrap());
-    let agent_log = || std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
+    let agent = SimulatedAgent::start(&binary, &cluster, &dir, "sim-1", "10.77.0.0/24", &[]);
+    let agent_log = || agent.log();
 
     let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
     let client = kube::Client::try_from(kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap()).unwrap();
-    let nodes: Api<Node> = Api::all(client.clone());
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let node = loop {
-        let n = nodes.get_opt("sim-1").await.ok().flatten();
-        let ready = n.as_ref().and_then(|n| n.status.as_ref()?.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-        if ready {
-            break n.unwrap();
-        }
-        assert!(Instant::now() < deadline, "node sim-1 not Ready within 90 s: {:?}\nagent log:\n{}", n.and_then(|n| n.status), agent_log());
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    let node = agent.wait_ready(&client, Duration::from_secs(90)).await;
     let info = node.status.as_ref().unwrap().node_info.as_ref().unwrap();
     assert_eq!(info.container_runtime_version, "simulated://keelson", "the node says it is simulated");
     let cidr = node.spec.as_ref().unwrap().pod_cidr.clone().expect("a podCIDR");
