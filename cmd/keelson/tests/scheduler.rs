@@ -209,14 +209,15 @@ async fn scheduler_binds_pods_explains_failures_and_survives_its_server_dying() 
     for s in cluster.manifest().servers() {
         pages += &metrics_page(&s.metrics_addr).await;
     }
-    let count = |result: &str| -> f64 {
-        pages
-            .lines()
-            .filter(|l| l.starts_with(&format!("scheduler_schedule_attempts_total{{result=\"{result}\"")))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
+    let sum = |series: &str| -> f64 { pages.lines().filter(|l| l.starts_with(series)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum() };
+    let count = |result: &str| sum(&format!("scheduler_schedule_attempts_total{{result=\"{result}\""));
     assert!(count("scheduled") >= 5.0 && count("unschedulable") >= 1.0, "attempts on the metrics pages:\n{pages}");
+    // Bindings end the e2e latency; cycles time their extension points and plugins.
+    assert!(sum("scheduler_e2e_scheduling_duration_seconds_count{result=\"scheduled\"") >= 5.0, "{pages}");
+    assert!(sum("scheduler_framework_extension_point_duration_seconds_count{extension_point=\"Filter\",status=\"Success\"") >= 5.0, "{pages}");
+    assert!(sum("scheduler_plugin_execution_duration_seconds_count{plugin=\"NodeResourcesFit\",extension_point=\"PreFilter\"") >= 5.0, "{pages}");
+    // The controller manager's queues (a ServiceAccount per namespace was synced).
+    assert!(sum("workqueue_adds_total{name=\"serviceaccount\"}") >= 1.0 && sum("workqueue_work_duration_seconds_count{name=\"serviceaccount\"}") >= 1.0, "{pages}");
     assert!(pages.contains("scheduler_pending_pods{queue=\"active\"}"), "{pages}");
     let survivor = (victim + 1) % 3;
     let writer = client(&cluster, &format!("keelson-{}", survivor + 1)).await;

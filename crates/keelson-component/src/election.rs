@@ -168,6 +168,8 @@ pub struct Leadership {
     pub identity: String,
     /// Where the term's work reports requests it was denied.
     pub denials: std::sync::Arc<crate::denied::DenialReporter>,
+    /// The process's metrics (the term's work queues report to them).
+    pub metrics: ElectionMetrics,
 }
 
 impl Leadership {
@@ -374,7 +376,7 @@ impl Elector {
             // Not a child of `shutdown`: the loop below tells a shutdown from a step-down.
             let ended = CancellationToken::new();
             let denials = std::sync::Arc::new(crate::denied::DenialReporter::new(recorder.clone(), &self.cfg.component, &self.cfg.namespace, &self.cfg.name));
-            let mut term = tokio::spawn(work(Leadership { token, client: fenced, ended: ended.clone(), identity: self.cfg.identity.clone(), denials }));
+            let mut term = tokio::spawn(work(Leadership { token, client: fenced, ended: ended.clone(), identity: self.cfg.identity.clone(), denials, metrics: self.metrics.clone() }));
             let mut last_renew = Instant::now();
             let why = loop {
                 tokio::select! {

@@ -1,7 +1,8 @@
 //! The metrics of every component in a process, in Prometheus' text format (the
 //! Prometheus project's `prometheus-client`), on one registry: leader election here
-//! (whether it leads, how often it came to lead, how long renewals take); components add
-//! their own with [`ElectionMetrics::register`].
+//! (whether it leads, how often it came to lead, how long renewals take), and client-go's
+//! `workqueue_*` for the controllers' work queues ([`ElectionMetrics::queue`]); components
+//! add their own with [`ElectionMetrics::register`].
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,7 +11,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -25,6 +26,71 @@ pub struct ElectionMetrics {
     leading: Family<ComponentLabel, Gauge>,
     transitions: Family<ComponentLabel, Counter>,
     renew: Family<ComponentLabel, Histogram>,
+    queues: WorkQueueFamilies,
+}
+
+/// client-go's work queue metrics, labelled by the queue's `name`.
+#[derive(Clone)]
+struct WorkQueueFamilies {
+    adds: Family<ComponentLabel, Counter>,
+    depth: Family<ComponentLabel, Gauge>,
+    queue_duration: Family<ComponentLabel, Histogram>,
+    work_duration: Family<ComponentLabel, Histogram>,
+    retries: Family<ComponentLabel, Counter>,
+}
+
+impl WorkQueueFamilies {
+    fn new(registry: &mut Registry) -> Self {
+        // client-go's buckets: 10 ns, ten times each, ten of them.
+        let buckets = || Histogram::new(exponential_buckets(10e-9, 10.0, 10));
+        let families = Self {
+            adds: Family::default(),
+            depth: Family::default(),
+            queue_duration: Family::new_with_constructor(buckets),
+            work_duration: Family::new_with_constructor(buckets),
+            retries: Family::default(),
+        };
+        registry.register("workqueue_adds", "Total number of adds handled by workqueue", families.adds.clone());
+        registry.register("workqueue_depth", "Current depth of workqueue", families.depth.clone());
+        registry.register("workqueue_queue_duration_seconds", "How long in seconds an item stays in workqueue before being requested", families.queue_duration.clone());
+        registry.register("workqueue_work_duration_seconds", "How long in seconds processing an item from workqueue takes", families.work_duration.clone());
+        registry.register("workqueue_retries", "Total number of retries handled by workqueue", families.retries.clone());
+        families
+    }
+}
+
+/// One work queue's metrics (cheap to clone; every clone adds to the same series).
+#[derive(Clone)]
+pub struct QueueMetrics {
+    adds: Counter,
+    depth: Gauge,
+    queue_duration: Histogram,
+    work_duration: Histogram,
+    retries: Counter,
+}
+
+impl QueueMetrics {
+    /// A key was queued (not counted when it was already waiting).
+    pub fn added(&self) {
+        self.adds.inc();
+        self.depth.inc();
+    }
+
+    /// A key was taken after waiting `waited`.
+    pub fn taken(&self, waited: Duration) {
+        self.depth.dec();
+        self.queue_duration.observe(waited.as_secs_f64());
+    }
+
+    /// A key's sync took `took`.
+    pub fn worked(&self, took: Duration) {
+        self.work_duration.observe(took.as_secs_f64());
+    }
+
+    /// A key's sync failed and it was queued again.
+    pub fn retried(&self) {
+        self.retries.inc();
+    }
 }
 
 impl Default for ElectionMetrics {
@@ -39,7 +105,8 @@ impl Default for ElectionMetrics {
         registry.register("leader_election_master_status", "1 if this instance of the component holds its lease", leading.clone());
         registry.register("leader_election_transitions", "Times this instance of the component came to hold its lease", transitions.clone());
         registry.register("leader_election_renew_duration_seconds", "Time a successful lease renewal took", renew.clone());
-        Self { registry: Arc::new(Mutex::new(registry)), leading, transitions, renew }
+        let queues = WorkQueueFamilies::new(&mut registry);
+        Self { registry: Arc::new(Mutex::new(registry)), leading, transitions, renew, queues }
     }
 }
 
@@ -54,6 +121,20 @@ impl ElectionMetrics {
 
     pub fn observe_renew(&self, component: &str, took: Duration) {
         self.renew.get_or_create(&ComponentLabel { name: component.into() }).observe(took.as_secs_f64());
+    }
+
+    /// The metrics of the work queue called `name` (`replicaset`, `deployment`, …); a
+    /// queue made again in a later term adds to the same series.
+    pub fn queue(&self, name: &str) -> QueueMetrics {
+        let label = ComponentLabel { name: name.into() };
+        let q = &self.queues;
+        QueueMetrics {
+            adds: q.adds.get_or_create(&label).clone(),
+            depth: q.depth.get_or_create(&label).clone(),
+            queue_duration: q.queue_duration.get_or_create(&label).clone(),
+            work_duration: q.work_duration.get_or_create(&label).clone(),
+            retries: q.retries.get_or_create(&label).clone(),
+        }
     }
 
     /// Adds a component's own metrics to the process's registry (once per process: call
@@ -88,5 +169,24 @@ mod tests {
         assert!(text.contains("leader_election_transitions_total{name=\"kube-scheduler\"} 1"), "{text}");
         assert!(text.contains("leader_election_renew_duration_seconds_count{name=\"kube-scheduler\"} 1"), "{text}");
         assert!(!text.contains("# EOF"));
+    }
+
+    #[test]
+    fn work_queues_report_client_go_names() {
+        let m = ElectionMetrics::default();
+        let q = m.queue("replicaset");
+        q.added();
+        q.added();
+        q.taken(Duration::from_millis(2));
+        q.worked(Duration::from_millis(5));
+        q.retried();
+        // A later term's queue of the same name adds to the same series.
+        m.queue("replicaset").added();
+        let text = m.render();
+        assert!(text.contains("workqueue_adds_total{name=\"replicaset\"} 3"), "{text}");
+        assert!(text.contains("workqueue_depth{name=\"replicaset\"} 2"), "{text}");
+        assert!(text.contains("workqueue_queue_duration_seconds_count{name=\"replicaset\"} 1"), "{text}");
+        assert!(text.contains("workqueue_work_duration_seconds_sum{name=\"replicaset\"} 0.005"), "{text}");
+        assert!(text.contains("workqueue_retries_total{name=\"replicaset\"} 1"), "{text}");
     }
 }

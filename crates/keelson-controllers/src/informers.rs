@@ -18,7 +18,7 @@ use kube::Resource;
 
 use crate::expectations::Expectations;
 use crate::pods::controller_of;
-use crate::work::{work_queue, WorkQueue};
+use crate::work::{named_queue, WorkQueue};
 
 /// A sync failed.
 #[derive(Debug, thiserror::Error)]
@@ -89,9 +89,9 @@ where
 /// Runs every controller until the term ends.
 pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) {
     let client = term.client.clone();
-    let (rs_queue, rs_rx) = work_queue();
-    let (deployment_queue, deployment_rx) = work_queue();
-    let (pdb_queue, pdb_rx) = work_queue();
+    let (rs_queue, rs_rx) = named_queue(&term, "replicaset");
+    let (deployment_queue, deployment_rx) = named_queue(&term, "deployment");
+    let (pdb_queue, pdb_rx) = named_queue(&term, "disruption");
     let (pdbs, pdb_task) = {
         let pq = pdb_queue.clone();
         reflect(Api::<PodDisruptionBudget>::all(client.clone()), term.denials.clone(), move |b: &PodDisruptionBudget| pq.add(&key_of(b)))
@@ -209,7 +209,10 @@ where
         };
         let span = tracing::info_span!("reconcile", controller = name, object = %key, trace_id = tracing::field::Empty);
         keelson_tracecontext::continue_trace(&span, None);
-        match tracing::Instrument::instrument(sync(ctx.clone(), key.clone()), span).await {
+        let started = std::time::Instant::now();
+        let outcome = tracing::Instrument::instrument(sync(ctx.clone(), key.clone()), span).await;
+        rx.worked(started.elapsed());
+        match outcome {
             Ok(Some(after)) => queue.add_after(&key, after),
             Ok(None) => {}
             Err(SyncError::Fenced) => {
@@ -221,7 +224,7 @@ where
                 if !term.denials.check(&e).await {
                     tracing::info!(controller = name, object = %key, error = %e, "sync failed; retrying");
                 }
-                queue.add_after(&key, Duration::from_secs(1));
+                queue.retry(&key);
             }
         }
     }

@@ -13,7 +13,7 @@ use kube::runtime::watcher;
 
 use crate::rootcacert::ROOT_CA_CONFIGMAP;
 use crate::serviceaccount::DEFAULT_SERVICE_ACCOUNT;
-use crate::work::{work_queue, WorkQueue};
+use crate::work::{named_queue, WorkQueue};
 
 /// What the namespace controllers of one term share. Queue keys are namespace names.
 pub struct NamespaceCtx {
@@ -46,9 +46,9 @@ fn named(name: &str) -> watcher::Config {
 /// Runs the namespace controllers until the term ends.
 pub async fn run(term: Leadership, root_ca_pem: String) {
     let client = term.client.clone();
-    let (namespace_queue, namespace_rx) = work_queue();
-    let (account_queue, account_rx) = work_queue();
-    let (root_ca_queue, root_ca_rx) = work_queue();
+    let (namespace_queue, namespace_rx) = named_queue(&term, "namespace");
+    let (account_queue, account_rx) = named_queue(&term, "serviceaccount");
+    let (root_ca_queue, root_ca_rx) = named_queue(&term, "root_ca_cert_publisher");
     let (namespaces, namespace_task) = {
         let (nq, aq, cq) = (namespace_queue.clone(), account_queue.clone(), root_ca_queue.clone());
         crate::informers::reflect_selected(Api::<Namespace>::all(client.clone()), watcher::Config::default(), term.denials.clone(), move |ns: &Namespace| {

@@ -20,7 +20,7 @@ use kube::Resource;
 
 use crate::endpointslice::reconcile::SERVICE_NAME_LABEL;
 use crate::informers::key_of;
-use crate::work::{work_queue, WorkQueue};
+use crate::work::{named_queue, WorkQueue};
 
 /// What the service controllers of one term share.
 pub struct ServiceCtx {
@@ -73,10 +73,10 @@ fn both(sq: &WorkQueue, eq: &WorkQueue, key: &str) {
 /// Runs the service controllers until the term ends.
 pub async fn run(term: Leadership) {
     let client = term.client.clone();
-    let (slice_queue, slice_rx) = work_queue();
-    let (endpoints_queue, endpoints_rx) = work_queue();
-    let (lb_queue, lb_rx) = work_queue();
-    let (ingress_queue, ingress_rx) = work_queue();
+    let (slice_queue, slice_rx) = named_queue(&term, "endpoint_slice");
+    let (endpoints_queue, endpoints_rx) = named_queue(&term, "endpoint");
+    let (lb_queue, lb_rx) = named_queue(&term, "service");
+    let (ingress_queue, ingress_rx) = named_queue(&term, "ingress_status");
     let (ingresses, ingress_task) = {
         let iq = ingress_queue.clone();
         reflect(Api::<Ingress>::all(client.clone()), &term, move |i: &Ingress| iq.add(&key_of(i)))

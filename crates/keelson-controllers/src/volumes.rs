@@ -19,7 +19,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::informers::key_of;
 use crate::volume::binder::{self, SELECTED_NODE};
 use crate::volume::provisioner;
-use crate::work::{work_queue, WorkQueue};
+use crate::work::{named_queue, WorkQueue};
 
 /// What the volume controller of one term shares.
 pub struct VolumeCtx {
@@ -66,8 +66,8 @@ fn unbound(c: &PersistentVolumeClaim) -> bool {
 /// Runs the volume controller until the term ends.
 pub async fn run(term: Leadership) {
     let client = term.client.clone();
-    let (claim_queue, claim_rx) = work_queue();
-    let (volume_queue, volume_rx) = work_queue();
+    let (claim_queue, claim_rx) = named_queue(&term, "claims");
+    let (volume_queue, volume_rx) = named_queue(&term, "volumes");
     let (claims, claim_task) = {
         let (cq, vq) = (claim_queue.clone(), volume_queue.clone());
         crate::informers::reflect(Api::<PersistentVolumeClaim>::all(client.clone()), term.denials.clone(), move |c: &PersistentVolumeClaim| {

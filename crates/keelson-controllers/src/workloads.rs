@@ -24,7 +24,7 @@ use crate::garbage::reconcile::WORKLOAD_OWNER_KINDS;
 use crate::informers::{key_of, SyncError};
 use crate::pods::controller_of;
 use crate::selector::Selector;
-use crate::work::{work_queue, WorkQueue};
+use crate::work::{named_queue, WorkQueue};
 
 /// The resourceVersion of each object's last status write by this term, so that a sync
 /// waits until the watch shows it: a decision taken on an older copy could otherwise
@@ -97,10 +97,10 @@ fn owner_key(meta: &ObjectMeta, kind: &str) -> Option<String> {
 /// Runs the workload controllers until the term ends.
 pub async fn run(term: Leadership) {
     let client = term.client.clone();
-    let (job_queue, job_rx) = work_queue();
-    let (cronjob_queue, cronjob_rx) = work_queue();
-    let (daemonset_queue, daemonset_rx) = work_queue();
-    let (statefulset_queue, statefulset_rx) = work_queue();
+    let (job_queue, job_rx) = named_queue(&term, "job");
+    let (cronjob_queue, cronjob_rx) = named_queue(&term, "cronjob");
+    let (daemonset_queue, daemonset_rx) = named_queue(&term, "daemonset");
+    let (statefulset_queue, statefulset_rx) = named_queue(&term, "statefulset");
     let (jobs, job_task) = {
         let (jq, cq) = (job_queue.clone(), cronjob_queue.clone());
         reflect(Api::<Job>::all(client.clone()), &term, move |j: &Job| {

@@ -8,6 +8,7 @@
 //! that is nominated itself tries its nominated node first.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -153,18 +154,47 @@ pub fn with_post_filter(message: &str, post_filter: &str) -> String {
 /// cycles, as Kubernetes does, so large clusters spread their searches), and among the
 /// best-scored ones `tie_break` picks.
 pub fn schedule(profile: &Profile, pod: &Pod, snapshot: &Snapshot, start: usize, tie_break: u64) -> Decision {
+    schedule_timed(profile, pod, snapshot, start, tie_break, &mut CycleTimes::default())
+}
+
+/// Where a cycle spent its time: per extension point, and per plugin at PreFilter and
+/// Score (Filter runs per node and plugin; timing each would cost more than the filter).
+#[derive(Debug, Default)]
+pub struct CycleTimes {
+    pub pre_filter: Duration,
+    pub filter: Duration,
+    pub score: Duration,
+    /// (plugin, extension point, time) for the plugins that ran.
+    pub plugins: Vec<(&'static str, &'static str, Duration)>,
+}
+
+/// [`schedule`], recording into `times` how long each step took.
+pub fn schedule_timed(profile: &Profile, pod: &Pod, snapshot: &Snapshot, start: usize, tie_break: u64, times: &mut CycleTimes) -> Decision {
     let cx = Cycle::new(pod, snapshot);
     let total = snapshot.nodes.len();
     let want = nodes_to_find(total);
     if total > 0 {
-        if let Some(why) = profile.plugins.iter().find_map(|(p, _)| p.pre_filter(&cx)) {
+        let began = Instant::now();
+        let mut rejected = None;
+        for (plugin, _) in &profile.plugins {
+            let at = Instant::now();
+            rejected = plugin.pre_filter(&cx);
+            times.plugins.push((plugin.name(), "PreFilter", at.elapsed()));
+            if rejected.is_some() {
+                break;
+            }
+        }
+        times.pre_filter = began.elapsed();
+        if let Some(why) = rejected {
             let message = format!("0/{total} nodes are available: {why}.");
             return Decision::Unschedulable { reasons: BTreeMap::from([(why, total)]), message, resolvable: Vec::new() };
         }
     }
+    let filtering = Instant::now();
     // A nominated pod goes to its nominated node if it fits there now.
     if let Some(node) = snapshot.nominated_node_of(pod).and_then(|n| snapshot.node(n)) {
         if filter_node(profile, &cx, node).is_ok() {
+            times.filter = filtering.elapsed();
             return Decision::Bind { node: node.name.clone(), feasible: 1 };
         }
     }
@@ -191,6 +221,7 @@ pub fn schedule(profile: &Profile, pod: &Pod, snapshot: &Snapshot, start: usize,
             }
         }
     }
+    times.filter = filtering.elapsed();
     if feasible.is_empty() {
         let message = unschedulable_message(total, &reasons);
         resolvable.sort_unstable();
@@ -198,7 +229,9 @@ pub fn schedule(profile: &Profile, pod: &Pod, snapshot: &Snapshot, start: usize,
     }
     let mut totals = vec![0i64; feasible.len()];
     if feasible.len() > 1 {
+        let scoring = Instant::now();
         for (plugin, weight) in &profile.plugins {
+            let at = Instant::now();
             let raw: Vec<Option<i64>> = feasible.iter().map(|n| plugin.score(&cx, n)).collect();
             if raw.iter().all(Option::is_none) {
                 continue;
@@ -208,7 +241,9 @@ pub fn schedule(profile: &Profile, pod: &Pod, snapshot: &Snapshot, start: usize,
             for (t, s) in totals.iter_mut().zip(scores) {
                 *t += weight * s.clamp(0, MAX_NODE_SCORE);
             }
+            times.plugins.push((plugin.name(), "Score", at.elapsed()));
         }
+        times.score = scoring.elapsed();
     }
     let best = *totals.iter().max().expect("feasible is not empty");
     let tied: Vec<usize> = (0..feasible.len()).filter(|&i| totals[i] == best).collect();

@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::framework::{schedule, with_post_filter, Decision, Profile};
+use crate::framework::{schedule_timed, with_post_filter, CycleTimes, Decision, Profile};
 use crate::preemption::{preempt, PostFilter};
 use crate::queue::{PodKey, SchedulingQueue};
 use crate::cache::SchedulerCache;
@@ -52,8 +52,8 @@ enum Change {
     Pdbs,
     /// A watch re-listed: the queue is checked against the store.
     Resync,
-    /// A bind ended.
-    Bound { key: PodKey, result: BindResult },
+    /// A bind ended; the cycle that chose the node began at `started`.
+    Bound { key: PodKey, result: BindResult, started: std::time::Instant },
 }
 
 enum BindResult {
@@ -300,8 +300,8 @@ impl Scheduler {
                 }
                 self.queue.cluster_changed(now);
             }
-            Change::Bound { key, result } => match result {
-                BindResult::Ok => {}
+            Change::Bound { key, result, started } => match result {
+                BindResult::Ok => self.metrics.e2e(AttemptResult::Scheduled, started.elapsed()),
                 BindResult::AlreadyBound => {
                     // Bound by someone else: the watch brings where; until then forget ours.
                     if let Some(p) = self.assumed.remove(&key) {
@@ -315,6 +315,7 @@ impl Scheduler {
                 }
                 BindResult::Failed(why) => {
                     self.metrics.attempt(AttemptResult::Error, Duration::ZERO);
+                    self.metrics.e2e(AttemptResult::Error, started.elapsed());
                     tracing::info!(pod = %key, error = %why, "binding failed; retrying after backoff");
                     if let Some(p) = self.assumed.remove(&key) {
                         self.cache.remove_pod(p.metadata.uid.as_deref().unwrap_or(""));
@@ -343,9 +344,14 @@ impl Scheduler {
         keelson_tracecontext::continue_trace(&span, keelson_tracecontext::from_annotations(pod.metadata.annotations.as_ref()));
         let _enter = span.enter();
         let started = std::time::Instant::now();
-        let decision = schedule(&self.profile, &pod, snapshot, self.start, rand::random());
+        let mut times = CycleTimes::default();
+        let decision = schedule_timed(&self.profile, &pod, snapshot, self.start, rand::random(), &mut times);
         let result = if matches!(decision, Decision::Bind { .. }) { AttemptResult::Scheduled } else { AttemptResult::Unschedulable };
         self.metrics.attempt(result, started.elapsed());
+        self.metrics.cycle(result, &times);
+        if result == AttemptResult::Unschedulable {
+            self.metrics.e2e(result, started.elapsed());
+        }
         if nodes > 0 {
             self.start = (self.start + 1) % nodes;
         }
@@ -360,7 +366,7 @@ impl Scheduler {
                 let assumed = Arc::new(assumed);
                 self.cache.set_pod(assumed.clone());
                 self.assumed.insert(key.clone(), assumed);
-                tokio::spawn(bind(self.term.clone(), self.recorder.clone(), pod, node, claims, key, self.tx.clone()).in_current_span());
+                tokio::spawn(bind(self.term.clone(), self.recorder.clone(), pod, node, claims, (key, started), self.tx.clone()).in_current_span());
             }
             Decision::Unschedulable { message, resolvable, .. } => {
                 self.queue.unschedulable(&key, Instant::now());
@@ -404,7 +410,7 @@ impl Scheduler {
 /// Binds `pod` to `node`, first telling the PersistentVolume controller the node of its
 /// unbound WaitForFirstConsumer `claims` (the `volume.kubernetes.io/selected-node`
 /// annotation, as Kubernetes' VolumeBinding PreBind does).
-async fn bind(term: Leadership, recorder: EventRecorder, pod: Arc<Pod>, node: String, claims: Vec<String>, key: PodKey, tx: mpsc::UnboundedSender<Change>) {
+async fn bind(term: Leadership, recorder: EventRecorder, pod: Arc<Pod>, node: String, claims: Vec<String>, (key, started): (PodKey, std::time::Instant), tx: mpsc::UnboundedSender<Change>) {
     let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let name = pod.metadata.name.clone().unwrap_or_default();
     let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(term.client.clone(), &ns);
@@ -419,7 +425,7 @@ async fn bind(term: Leadership, recorder: EventRecorder, pod: Arc<Pod>, node: St
             }
         };
         if let Some(result) = result {
-            let _ = tx.send(Change::Bound { key, result });
+            let _ = tx.send(Change::Bound { key, result, started });
             return;
         }
     }
@@ -441,7 +447,7 @@ async fn bind(term: Leadership, recorder: EventRecorder, pod: Arc<Pod>, node: St
             BindResult::Failed(e.to_string())
         }
     };
-    let _ = tx.send(Change::Bound { key, result });
+    let _ = tx.send(Change::Bound { key, result, started });
 }
 
 fn now() -> String {

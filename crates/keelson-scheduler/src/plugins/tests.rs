@@ -5,7 +5,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{json, Value};
 
-use crate::framework::{schedule, Decision};
+use crate::framework::{schedule, schedule_timed, CycleTimes, Decision};
 use crate::plugins::default_profile;
 use crate::snapshot::Snapshot;
 
@@ -273,4 +273,33 @@ fn volume_binding_checks_claims_and_volume_node_affinity() {
     let both = pod("p", json!({"spec": {"volumes": [{"name": "a", "persistentVolumeClaim": {"claimName": "later"}}, {"name": "b", "persistentVolumeClaim": {"claimName": "bound"}}]}}));
     let delayed: Vec<_> = crate::plugins::volume::delayed_claims(&state, &both).iter().map(|c| c.metadata.name.clone().unwrap()).collect();
     assert_eq!(delayed, ["later"]);
+}
+
+#[test]
+fn a_timed_cycle_records_every_plugin_at_prefilter_and_the_scorers() {
+    let profile = default_profile();
+    let nodes = vec![node("a", "2", json!({})), node("b", "2", json!({})), node("c", "2", json!({}))];
+    let mut times = CycleTimes::default();
+    let d = schedule_timed(&profile, &pod("p", cpu("100m")), &Snapshot::build(nodes.clone(), vec![]), 0, 0, &mut times);
+    assert!(matches!(d, Decision::Bind { .. }), "{d:?}");
+    let at = |point: &str| times.plugins.iter().filter(|(_, p, _)| *p == point).map(|(name, _, _)| *name).collect::<Vec<_>>();
+    let all: Vec<&str> = profile.plugins.iter().map(|(p, _)| p.name()).collect();
+    assert_eq!(at("PreFilter"), all, "every plugin ran PreFilter");
+    assert!(at("Score").contains(&"NodeResourcesFit"), "{:?}", times.plugins);
+    assert!(times.filter > std::time::Duration::ZERO && times.score > std::time::Duration::ZERO, "{times:?}");
+
+    // A missing claim is rejected at the volume plugin's PreFilter: the plugins after it
+    // did not run, and no node was filtered or scored.
+    let mut times = CycleTimes::default();
+    let missing_claim = json!({"spec": {"volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "missing"}}]}});
+    let d = schedule_timed(&profile, &pod("q", missing_claim), &Snapshot::build(nodes, vec![]), 0, 0, &mut times);
+    assert!(message(&d).contains("persistentvolumeclaim \"missing\" not found"), "{d:?}");
+    let ran = at_prefilter(&times);
+    let volume_at = all.iter().position(|n| *n == *ran.last().expect("some plugin ran")).unwrap();
+    assert_eq!(ran, all[..=volume_at].to_vec());
+    assert!(times.filter.is_zero() && times.score.is_zero() && !times.plugins.iter().any(|(_, p, _)| *p == "Score"), "{times:?}");
+}
+
+fn at_prefilter(times: &CycleTimes) -> Vec<&'static str> {
+    times.plugins.iter().filter(|(_, p, _)| *p == "PreFilter").map(|(name, _, _)| *name).collect()
 }
