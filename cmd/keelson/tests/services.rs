@@ -9,6 +9,7 @@
 //! Everything is removed at the end (processes, containers, namespace, veth; the table
 //! goes with the agent and its namespace).
 
+mod kubelet_scrape;
 mod node_support;
 
 use std::collections::BTreeSet;
@@ -206,6 +207,16 @@ async fn services_reach_pods_by_name_cluster_ip_and_node_port() {
     for l in syncs.iter().rev().take(3) {
         eprintln!("proxy: {}", l.split("service rules synced").last().unwrap_or(""));
     }
+    // The same syncs on the agent's /metrics, as kube-proxy reports them: the first one
+    // writes the whole table, Service changes after it only their difference.
+    let node = node_ready(&client, "n1").await;
+    let page = kubelet_scrape::agent_metrics(&cluster.kubeconfig, &node).await;
+    let value = |series: &str| kubelet_scrape::series_value(&page, series);
+    assert!(value("kubeproxy_sync_proxy_rules_duration_seconds_count") >= 2.0, "{page}");
+    assert!(value("kubeproxy_sync_full_proxy_rules_duration_seconds_count") >= 1.0 && value("kubeproxy_sync_partial_proxy_rules_duration_seconds_count") >= 1.0, "{page}");
+    assert!(value("kubeproxy_sync_proxy_rules_last_timestamp_seconds") > 1.6e9, "{page}");
+    // At least the three web pods and the client, which keep running, were started here.
+    assert!(value("kubelet_started_pods_total") >= 4.0, "{page}");
 
     // Cleanup: the namespace's objects, then the processes and the node namespace on drop.
     let _ = deployments.delete("web", &Default::default()).await;

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
+mod kubelet_scrape;
 mod sim_support;
 use sim_support::SimulatedAgent;
 
@@ -73,6 +74,13 @@ async fn a_simulated_node_runs_the_agents_pod_lifecycle_without_containers() {
         (st.phase.as_deref() == Some("Running") && st.conditions.as_ref()?.iter().any(|c| c.type_ == "Ready" && c.status == "True")).then_some(p)
     })
     .await;
+
+    // The agent's /metrics on the kubelet API (nodes/metrics, the admin's certificate):
+    // web's start was timed, from the worker first seeing it to its Running status.
+    let page = kubelet_scrape::agent_metrics(&kubeconfig, &node).await;
+    let value = |series: &str| kubelet_scrape::series_value(&page, series);
+    assert!(value("kubelet_pod_start_duration_seconds_count") >= 1.0 && value("kubelet_started_pods_total") >= 1.0, "{page}");
+    assert!(value("kubelet_pod_worker_duration_seconds_count{operation=\"sync\"}") >= 1.0, "{page}");
     let st = running.status.unwrap();
     let ip = st.pod_ip.clone().unwrap();
     assert!(ip.starts_with(&format!("{prefix}.")), "the pod address {ip} is of the node's podCIDR {cidr}");

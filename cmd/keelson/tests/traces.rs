@@ -23,6 +23,7 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use prost::Message;
 
+mod cluster_support;
 mod sim_support;
 use sim_support::SimulatedAgent;
 
@@ -235,5 +236,35 @@ async fn one_trace_covers_kubectl_apply_from_the_api_request_to_the_agent_starti
     assert_eq!(sync.parent, create.span_id);
     assert_eq!(sync.instance, "sim-1");
     assert!(*collector.grpc_exports.lock().unwrap() > 0 && *collector.http_exports.lock().unwrap() > 0, "both transports carried spans");
+
+    // A write reaching a follower is forwarded to the leader with its trace: the leader
+    // writes the entry traced, so every replica's apply joins the follower's request.
+    let mut follower = None;
+    for m in cluster.manifest().servers() {
+        let page = cluster_support::metrics_page(&m.metrics_addr).await;
+        if page.lines().any(|l| l.starts_with("keelson_raft_is_leader") && l.ends_with(" 0")) {
+            follower = Some(m.name.clone());
+            break;
+        }
+    }
+    let follower = follower.expect("a follower among the servers");
+    let follower_pods: Api<Pod> = Api::namespaced(cluster_support::client(&cluster, &follower).await, "default");
+    let forwarded: Pod = serde_json::from_value(serde_json::json!({"metadata": {"name": "forwarded"}, "spec": {"containers": [{"name": "app", "image": "keelson.local/busybox:stable"}]}})).unwrap();
+    let created = follower_pods.create(&Default::default(), &forwarded).await.unwrap();
+    let traceparent = created.metadata.annotations.as_ref().and_then(|a| a.get("trace.keelson.io/traceparent")).cloned().expect("the forwarded pod carries its creation trace");
+    let trace_id = traceparent.split('-').nth(1).unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let spans = collector.trace(&trace_id);
+        let proposed_on_follower = spans.iter().any(|s| s.name == "raft-propose" && s.instance == follower);
+        if proposed_on_follower && appliers(&spans).len() == 3 {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let names: Vec<String> = spans.iter().map(|s| format!("{}:{}/{}", s.instance, s.service, s.name)).collect();
+            panic!("the write through follower {follower} (trace {trace_id}) has apply spans on {:?}, want all 3; it has:\n{}", appliers(&spans), names.join("\n"));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     drop(cluster);
 }

@@ -22,6 +22,7 @@ pub mod hollow;
 pub mod images;
 pub mod kubelet_api;
 pub mod local_path;
+pub mod metrics;
 pub mod pod;
 pub mod runtime;
 pub mod stats;

@@ -9,6 +9,7 @@
 //! entries of UDP flows to endpoints the rules no longer allow are flushed.
 
 pub mod diff;
+pub mod metrics;
 pub mod nft;
 pub mod render;
 
@@ -34,6 +35,8 @@ pub struct ProxyConfig {
     /// The whole table is written again this long after the last full sync, even without a
     /// change (repairing whatever else altered it).
     pub resync: Duration,
+    /// Where syncs are counted and timed.
+    pub metrics: metrics::ProxyMetrics,
 }
 
 /// The full resync period kube-proxy's nftables mode uses too.
@@ -145,6 +148,8 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, shutdown: CancellationT
         drop(_enter);
         match nft::apply(sync.script()).await {
             Ok(()) => {
+                let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+                cfg.metrics.synced(matches!(sync, SyncPlan::Full(_)), started.elapsed(), at);
                 tracing::info!(node = %cfg.node.name, kind = sync.kind(), render_us = rendered.as_micros() as u64, sync_ms = started.elapsed().as_millis() as u64, bytes = sync.script().len(), "service rules synced");
                 if let SyncPlan::Full(_) = sync {
                     last_full = Instant::now();
@@ -160,6 +165,7 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, shutdown: CancellationT
             }
             Err(e) => {
                 // The kernel's table is no longer known for sure: the retry writes it whole.
+                cfg.metrics.failed();
                 tracing::warn!(error = %e, kind = sync.kind(), "service rules not applied; retrying with a full sync");
                 applied = None;
                 tokio::select! {

@@ -4,6 +4,12 @@
 //! `TxnBatch` call (the leader runs each on its own and answers each on its own), so a
 //! busy follower pays one round trip per batch instead of one per write. Under light load
 //! a batch holds a single transaction and nothing waits.
+//!
+//! A transaction proposed inside a recorded trace takes its trace along: the batch's
+//! `keelson-traceparents` metadata lists `index=traceparent` for its traced items, and the
+//! leader writes those as traced log entries, so every replica's apply joins the trace of
+//! the request that reached the follower. A leader that does not know the header ignores
+//! it (the items are written untraced).
 
 use std::collections::HashMap;
 
@@ -13,6 +19,8 @@ use keelson_mvcc::TxnRequest;
 use keelson_proto::v1::store_client::StoreClient as GrpcStore;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+
+use keelson_tracecontext::TraceParent;
 
 use crate::replica::{forwarded_request, wire_decode, wire_encode, Replica};
 
@@ -41,10 +49,39 @@ pub(crate) fn status_to_forward(addr: &str, s: &tonic::Status) -> Forward {
 /// Most transactions in one forwarded batch.
 const MAX_BATCH: usize = 256;
 
-type Waiter = (String, TxnRequest, oneshot::Sender<Result<TxnReply, Forward>>);
+/// The metadata naming the traced items of a forwarded batch.
+pub(crate) const TRACEPARENTS_HEADER: &str = "keelson-traceparents";
 
-/// Transactions for one leader, each with where its reply goes.
-type Group = Vec<(TxnRequest, oneshot::Sender<Result<TxnReply, Forward>>)>;
+/// Most traced items one batch names (each is about 60 bytes of metadata).
+const MAX_TRACED: usize = 64;
+
+type Reply = oneshot::Sender<Result<TxnReply, Forward>>;
+type Waiter = (String, TxnRequest, Option<TraceParent>, Reply);
+
+/// Transactions for one leader, each with its trace and where its reply goes.
+type Group = Vec<(TxnRequest, Option<TraceParent>, Reply)>;
+
+/// The `keelson-traceparents` value for a batch whose items have `traces` (`None` when
+/// no item is traced).
+pub(crate) fn traces_header(traces: &[Option<TraceParent>]) -> Option<String> {
+    let listed: Vec<String> = traces.iter().enumerate().filter_map(|(i, t)| Some(format!("{i}={}", t.as_ref()?))).take(MAX_TRACED).collect();
+    (!listed.is_empty()).then(|| listed.join(","))
+}
+
+/// Each of a batch's `n` items' trace, from its `keelson-traceparents` value; entries
+/// that do not parse or name no item are left out.
+pub(crate) fn traces_of(header: Option<&str>, n: usize) -> Vec<Option<TraceParent>> {
+    let mut traces = vec![None; n];
+    for entry in header.unwrap_or("").split(',') {
+        let Some((i, tp)) = entry.split_once('=') else { continue };
+        if let (Ok(i), Ok(tp)) = (i.trim().parse::<usize>(), tp.trim().parse::<TraceParent>()) {
+            if let Some(slot) = traces.get_mut(i) {
+                *slot = Some(tp);
+            }
+        }
+    }
+    traces
+}
 
 /// The writers' side of the forwarding batcher.
 pub(crate) struct ForwardBatcher {
@@ -57,11 +94,11 @@ impl ForwardBatcher {
         (Self { tx }, rx)
     }
 
-    /// Forwards `txn` to the leader at `addr`.
+    /// Forwards `txn` to the leader at `addr`, in the current span's trace if recorded.
     pub async fn txn(&self, addr: &str, txn: TxnRequest) -> Result<TxnReply, Forward> {
         let (tx, rx) = oneshot::channel();
         let down = || Forward::NeverSent(StoreError::Unavailable("replica is shutting down".into()));
-        self.tx.send((addr.to_string(), txn, tx)).map_err(|_| down())?;
+        self.tx.send((addr.to_string(), txn, TraceParent::current_sampled(), tx)).map_err(|_| down())?;
         rx.await.map_err(|_| down())?
     }
 }
@@ -75,10 +112,10 @@ pub(crate) async fn run(replica: Replica, mut rx: mpsc::UnboundedReceiver<Waiter
         };
         let mut groups: HashMap<String, Group> = HashMap::new();
         let mut n = 1;
-        groups.entry(first.0).or_default().push((first.1, first.2));
+        groups.entry(first.0).or_default().push((first.1, first.2, first.3));
         while n < MAX_BATCH {
-            let Ok((addr, txn, tx)) = rx.try_recv() else { break };
-            groups.entry(addr).or_default().push((txn, tx));
+            let Ok((addr, txn, trace, tx)) = rx.try_recv() else { break };
+            groups.entry(addr).or_default().push((txn, trace, tx));
             n += 1;
         }
         for (addr, items) in groups {
@@ -89,8 +126,15 @@ pub(crate) async fn run(replica: Replica, mut rx: mpsc::UnboundedReceiver<Waiter
 
 async fn send_batch(replica: Replica, addr: String, items: Group) {
     replica.stats().forwarded.inc_by(items.len() as u64);
-    let (txns, waiters): (Vec<TxnRequest>, Vec<_>) = items.into_iter().unzip();
-    let replies = call(&replica, &addr, &txns).await;
+    let mut txns = Vec::with_capacity(items.len());
+    let mut traces = Vec::with_capacity(items.len());
+    let mut waiters = Vec::with_capacity(items.len());
+    for (txn, trace, w) in items {
+        txns.push(txn);
+        traces.push(trace);
+        waiters.push(w);
+    }
+    let replies = call(&replica, &addr, &txns, traces_header(&traces)).await;
     match replies {
         Ok(replies) => {
             for (w, r) in waiters.into_iter().zip(replies) {
@@ -113,13 +157,17 @@ async fn send_batch(replica: Replica, addr: String, items: Group) {
     }
 }
 
-async fn call(replica: &Replica, addr: &str, txns: &[TxnRequest]) -> Result<Vec<Result<TxnReply, StoreError>>, Forward> {
+async fn call(replica: &Replica, addr: &str, txns: &[TxnRequest], traces: Option<String>) -> Result<Vec<Result<TxnReply, StoreError>>, Forward> {
     let ch = replica.inner.peers.get(addr).map_err(Forward::NeverSent)?;
     let env = wire_encode(&txns).map_err(Forward::NeverSent)?;
+    let mut request = forwarded_request(env);
+    if let Some(value) = traces.and_then(|t| t.parse::<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>().ok()) {
+        request.metadata_mut().insert(TRACEPARENTS_HEADER, value);
+    }
     let resp = GrpcStore::new(ch)
         .max_decoding_message_size(256 << 20)
         .max_encoding_message_size(256 << 20)
-        .txn_batch(forwarded_request(env))
+        .txn_batch(request)
         .await
         .map_err(|s| status_to_forward(addr, &s))?;
     let replies: Vec<Result<TxnReply, StoreError>> = wire_decode(resp.get_ref()).map_err(Forward::Failed)?;
@@ -127,4 +175,35 @@ async fn call(replica: &Replica, addr: &str, txns: &[TxnRequest]) -> Result<Vec<
         return Err(Forward::Failed(StoreError::Unavailable("leader answered a batch with the wrong count".into())));
     }
     Ok(replies)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp(span: &str) -> TraceParent {
+        format!("00-4bf92f3577b34da6a3ce929d0e0e4736-{span}-01").parse().unwrap()
+    }
+
+    #[test]
+    fn a_batch_names_its_traced_items_and_the_leader_reads_them_back() {
+        let traces = vec![None, Some(tp("00f067aa0ba902b7")), None, Some(tp("00f067aa0ba902b8"))];
+        let header = traces_header(&traces).unwrap();
+        assert_eq!(header, "1=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01,3=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b8-01");
+        assert_eq!(traces_of(Some(&header), 4), traces);
+        assert_eq!(traces_header(&[None, None]), None);
+        assert_eq!(traces_of(None, 2), vec![None, None]);
+    }
+
+    #[test]
+    fn unreadable_or_out_of_range_entries_are_left_out() {
+        let read = traces_of(Some("0=garbage,7=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01,x,1=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b9-01"), 2);
+        assert_eq!(read, vec![None, Some(tp("00f067aa0ba902b9"))]);
+    }
+
+    #[test]
+    fn at_most_max_traced_items_are_named() {
+        let traces: Vec<Option<TraceParent>> = (0..200).map(|_| Some(tp("00f067aa0ba902b7"))).collect();
+        assert_eq!(traces_header(&traces).unwrap().split(',').count(), MAX_TRACED);
+    }
 }

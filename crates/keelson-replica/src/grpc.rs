@@ -52,7 +52,9 @@ impl Store for StoreService {
     #[tracing::instrument(name = "txn_batch", level = "debug", skip_all)]
     async fn txn_batch(&self, req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
         let txns: Vec<TxnRequest> = decode(&req)?;
-        let replies: Vec<Result<TxnReply, StoreError>> = self.replica.txn_batch(txns).await;
+        let header = req.metadata().get(crate::forward::TRACEPARENTS_HEADER).and_then(|v| v.to_str().ok());
+        let traces = crate::forward::traces_of(header, txns.len());
+        let replies: Vec<Result<TxnReply, StoreError>> = self.replica.txn_batch(txns, traces).await;
         // The batch itself always succeeds; each reply carries its own result.
         wire_encode(&replies).map(Response::new).map_err(|e| Status::internal(e.to_string()))
     }

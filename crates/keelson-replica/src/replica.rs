@@ -242,9 +242,10 @@ impl Replica {
     }
 
     /// Runs transactions forwarded together by a follower: on the leader they are
-    /// submitted to Raft as one batch; each gets its own reply, in order. Elsewhere each
-    /// is refused with `NotLeader` (nothing appended).
-    pub async fn txn_batch(&self, requests: Vec<TxnRequest>) -> Vec<Result<TxnReply, StoreError>> {
+    /// submitted to Raft as one batch, each in the trace `traces` names for it (if any);
+    /// each gets its own reply, in order. Elsewhere each is refused with `NotLeader`
+    /// (nothing appended).
+    pub async fn txn_batch(&self, requests: Vec<TxnRequest>, traces: Vec<Option<keelson_tracecontext::TraceParent>>) -> Vec<Result<TxnReply, StoreError>> {
         use futures::StreamExt;
         use openraft::errors::ClientWriteError as W;
         let n = requests.len();
@@ -252,7 +253,13 @@ impl Replica {
         if !self.is_leader() {
             return not_leader(self.leader().map(|l| l.0));
         }
-        let cmds = requests.into_iter().map(|t| LogCommand::proposed(Command::Txn(t)));
+        // An item forwarded inside a recorded trace is written in it (the follower's
+        // proposal span is its parent); the others as any proposal here.
+        let mut traces = traces.into_iter();
+        let cmds = requests.into_iter().map(|t| match traces.next().flatten() {
+            Some(p) => LogCommand::Traced { command: Command::Txn(t), traceparent: p.to_string() },
+            None => LogCommand::proposed(Command::Txn(t)),
+        });
         let mut stream = match self.inner.raft.client_write_many(cmds).await {
             Ok(s) => s,
             Err(e) => return (0..n).map(|_| Err(StoreError::Unavailable(e.to_string()))).collect(),
@@ -324,10 +331,9 @@ impl Replica {
                                     return Err(StoreError::NotLeader { leader: Some(id) });
                                 }
                                 let forwarded = match &cmd {
-                                    Command::Txn(t) => self
-                                        .inner
-                                        .forwarder
-                                        .txn(&node.raft_addr, t.clone())
+                                    // Forwarded inside the proposal's span: the leader's
+                                    // entry is its child.
+                                    Command::Txn(t) => tracing::Instrument::instrument(self.inner.forwarder.txn(&node.raft_addr, t.clone()), span.clone())
                                         .await
                                         .map(|r| (r.header.revision, CommandResponse::Txn(r.response))),
                                     Command::Compact { revision } => self.forward_compact(*revision, &node.raft_addr).await,

@@ -84,7 +84,9 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
     let listen = std::net::SocketAddr::new(cfg.node_ip.into(), cfg.kubelet_port);
     let stats = crate::stats::StatsCollector::new(&cfg.node_name, cfg.data_dir.clone(), runtime.clone());
     let stats_task = stats.spawn(shutdown.clone());
-    let kubelet = crate::kubelet_api::serve(listen, client.clone(), runtime.clone(), stats, &cfg.node_name, &cfg.node_ip.to_string(), &cfg.ca_pem, &logs_dir, shutdown.clone())
+    let metrics = crate::metrics::AgentMetrics::default();
+    let served = crate::kubelet_api::Served { stats, metrics: metrics.clone() };
+    let kubelet = crate::kubelet_api::serve(listen, client.clone(), runtime.clone(), served, &cfg.node_name, &cfg.node_ip.to_string(), &cfg.ca_pem, &logs_dir, shutdown.clone())
         .await
         .map_err(NodeError::KubeletApi)?;
     let mut cfg = cfg;
@@ -115,7 +117,7 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
         }
     }
     let node_tasks = reporter.spawn(shutdown.clone());
-    let mut services = if cfg.node_services { spawn_services(&client, &cfg, pod_cidr.as_deref(), &shutdown) } else { Vec::new() };
+    let mut services = if cfg.node_services { spawn_services(&client, &cfg, pod_cidr.as_deref(), &metrics, &shutdown) } else { Vec::new() };
     services.push(tokio::spawn(crate::local_path::reclaim(client.clone(), vec![(cfg.node_name.clone(), crate::local_path::storage_dir(&cfg.data_dir))], false, shutdown.clone())));
     let ctx = Arc::new(PodContext {
         events: keelson_component::events::EventRecorder::new(client.clone(), "kubelet", &cfg.node_name),
@@ -129,6 +131,7 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
         host_dns: crate::pod::dns::parse_resolv_conf(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default()),
         tokens: Default::default(),
         injected_bug: cfg.injected_bug,
+        metrics,
     });
     serve_pods(ctx.clone(), &cfg.node_name, shutdown.clone()).await;
     if cfg.stop_pods_on_exit {
@@ -151,14 +154,17 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
 /// stopping with `shutdown` (the proxy removes its nftables table as it stops). DNS
 /// listens on port 53 of the node's address, where the proxy sends the kube-dns Service;
 /// the ingress on the node's HTTP and HTTPS ports.
-fn spawn_services(client: &kube::Client, cfg: &AgentConfig, pod_cidr: Option<&str>, shutdown: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
+fn spawn_services(client: &kube::Client, cfg: &AgentConfig, pod_cidr: Option<&str>, metrics: &crate::metrics::AgentMetrics, shutdown: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
     let node = keelson_proxy::NodeInfo {
         name: cfg.node_name.clone(),
         addresses: vec![cfg.node_ip],
         pod_cidrs: pod_cidr.map(str::to_string).into_iter().collect(),
         dns: Some(cfg.node_ip),
     };
-    let proxy_cfg = keelson_proxy::ProxyConfig { node, coalesce: Duration::from_millis(50), resync: keelson_proxy::DEFAULT_RESYNC };
+    let mut proxy_metrics = None;
+    metrics.register(|r| proxy_metrics = Some(keelson_proxy::metrics::ProxyMetrics::new(r)));
+    let metrics = proxy_metrics.expect("registered");
+    let proxy_cfg = keelson_proxy::ProxyConfig { node, coalesce: Duration::from_millis(50), resync: keelson_proxy::DEFAULT_RESYNC, metrics };
     let (c, s) = (client.clone(), shutdown.clone());
     let proxy = tokio::spawn(async move {
         if let Err(e) = keelson_proxy::run(c, proxy_cfg, s).await {

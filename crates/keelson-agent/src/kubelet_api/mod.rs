@@ -3,7 +3,8 @@
 //! runtime over SPDY by [`cri_stream`]) and `pods/portforward` (SPDY, [`port_forward`], or
 //! a WebSocket naming its ports, [`port_forward_ws`]);
 //! metrics-style readers get `/stats/summary` (`nodes/stats`) and `/metrics/resource`
-//! (`nodes/metrics`) from the node's [`StatsCollector`](crate::stats::StatsCollector).
+//! (`nodes/metrics`) from the node's [`StatsCollector`](crate::stats::StatsCollector), and
+//! `/metrics` (`nodes/metrics`) the agent's own [`AgentMetrics`](crate::metrics::AgentMetrics).
 //! Callers authenticate with a client certificate of the cluster CA and are authorized
 //! by a SubjectAccessReview on the node (`nodes/proxy`, `nodes/log`, `nodes/stats`), as the kubelet's webhook mode
 //! does; answers are cached 5 minutes (allowed) or 30 seconds (denied).
@@ -60,6 +61,7 @@ pub(crate) struct ApiState {
     node: String,
     logs_dir: PathBuf,
     stats: Arc<crate::stats::StatsCollector>,
+    metrics: crate::metrics::AgentMetrics,
     decisions: Mutex<HashMap<AccessQuestion, AccessDecision>>,
 }
 
@@ -68,13 +70,19 @@ type AccessQuestion = (String, Vec<String>, &'static str, &'static str);
 /// A SubjectAccessReview's answer, and until when it is trusted (as kubelet caches them).
 type AccessDecision = (bool, Instant);
 
+/// What the API serves to metrics readers.
+pub struct Served {
+    pub stats: Arc<crate::stats::StatsCollector>,
+    pub metrics: crate::metrics::AgentMetrics,
+}
+
 /// Serves the API on `listen` until `shutdown`; returns the bound address.
 #[allow(clippy::too_many_arguments)]
 pub async fn serve(
     listen: SocketAddr,
     client: kube::Client,
     runtime: Arc<dyn Runtime>,
-    stats: Arc<crate::stats::StatsCollector>,
+    served: Served,
     node: &str,
     node_ip: &str,
     ca_pem: &str,
@@ -84,11 +92,12 @@ pub async fn serve(
     let tls = Arc::new(tls_config(node, node_ip, ca_pem)?);
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|source| KubeletApiError::Bind { addr: listen, source })?;
     let addr = listener.local_addr().map_err(|source| KubeletApiError::Bind { addr: listen, source })?;
-    let state = Arc::new(ApiState { client, runtime, node: node.into(), logs_dir: logs_dir.to_path_buf(), stats, decisions: Mutex::default() });
+    let state = Arc::new(ApiState { client, runtime, node: node.into(), logs_dir: logs_dir.to_path_buf(), stats: served.stats, metrics: served.metrics, decisions: Mutex::default() });
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/stats/summary", get(stats_summary))
         .route("/metrics/resource", get(metrics_resource))
+        .route("/metrics", get(agent_metrics))
         .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs))
         .route("/exec/{namespace}/{pod}/{container}", get(exec::exec).post(exec::exec))
         .route("/exec/{namespace}/{pod}/{uid}/{container}", get(exec::exec).post(exec::exec))
@@ -194,6 +203,13 @@ async fn metrics_resource(State(state): State<Arc<ApiState>>, Extension(caller):
     }
     let text = crate::stats::resource_metrics(&state.stats.summary().await);
     Response::builder().header("content-type", "text/plain; version=0.0.4").body(Body::from(text)).expect("a valid response")
+}
+
+async fn agent_metrics(State(state): State<Arc<ApiState>>, Extension(caller): Extension<Caller>) -> Response<Body> {
+    if !state.authorized(&caller, "get", "metrics").await {
+        return status(StatusCode::FORBIDDEN, "Forbidden", format!("Forbidden (user={}, verb=get, resource=nodes, subresource=metrics)", caller.user));
+    }
+    Response::builder().header("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8").body(Body::from(state.metrics.render())).expect("a valid response")
 }
 
 /// The newest log folder of pod `namespace/name` (`<ns>_<name>_<uid>`) and its uid.

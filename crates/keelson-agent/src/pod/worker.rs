@@ -20,6 +20,7 @@ use super::plan::{plan, Action, KillReason, Observed, ProbeVerdicts};
 use super::probe::{self, Kind, Tracker};
 use super::status::{pod_status, Knowledge};
 use super::{env, resources, volumes};
+use crate::metrics::PodWork;
 use crate::runtime::{ContainerSpec, ContainerState, Runtime, SandboxSpec, LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
 
 const SYNC_PERIOD: Duration = Duration::from_secs(1);
@@ -45,6 +46,7 @@ pub struct PodContext {
     pub tokens: volumes::TokenCache,
     /// A deliberate bug (tests of the self-heal checker only).
     pub injected_bug: Option<crate::agent::InjectedBug>,
+    pub metrics: crate::metrics::AgentMetrics,
 }
 
 fn now_ns() -> i64 {
@@ -70,6 +72,9 @@ struct WorkerState {
     /// A sync found nothing to start: the pod's start-up is over, and later syncs no longer
     /// continue the trace of the request that created it.
     started_up: bool,
+    /// When this worker first saw the pod, until a status of it reported Running
+    /// (`kubelet_pod_start_duration_seconds`); `None` after.
+    starting_since: Option<std::time::Instant>,
 }
 
 struct Verdicts<'a>(&'a WorkerState, &'a Observed);
@@ -169,7 +174,9 @@ impl PodContext {
 /// Runs the worker of one pod until it is deleted (confirmed), `removed` (the pod is gone
 /// from the API: tear down without writing) or the agent shuts down (containers stay).
 pub async fn run(ctx: Arc<PodContext>, mut pod_rx: watch::Receiver<Pod>, removed: CancellationToken, shutdown: CancellationToken) {
-    let mut state = WorkerState::default();
+    // A pod already running when the worker began (the agent restarted) is no start.
+    let was_running = pod_rx.borrow().status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    let mut state = WorkerState { starting_since: (!was_running).then(std::time::Instant::now), ..Default::default() };
     loop {
         let pod = pod_rx.borrow_and_update().clone();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -177,17 +184,22 @@ pub async fn run(ctx: Arc<PodContext>, mut pod_rx: watch::Receiver<Pod>, removed
         // Start-up syncs continue the pod's creation trace; later ones are traces of their own.
         let creation = if state.started_up { None } else { keelson_tracecontext::from_annotations(pod.metadata.annotations.as_ref()) };
         keelson_tracecontext::continue_trace(&span, creation);
+        let began = std::time::Instant::now();
         if removed.is_cancelled() {
             let _ = tracing::Instrument::instrument(teardown(&ctx, &pod, Duration::from_secs(2)), span).await;
+            ctx.metrics.pod_worked(PodWork::Kill, began.elapsed());
             return;
         }
         if pod.metadata.deletion_timestamp.is_some() {
             let done = tracing::Instrument::instrument(terminate(&ctx, &pod), span).await;
+            ctx.metrics.pod_worked(PodWork::Kill, began.elapsed());
             if done {
                 return;
             }
         } else {
-            match tracing::Instrument::instrument(sync(&ctx, &pod, &uid, &mut state), span).await {
+            let synced = tracing::Instrument::instrument(sync(&ctx, &pod, &uid, &mut state), span).await;
+            ctx.metrics.pod_worked(PodWork::Sync, began.elapsed());
+            match synced {
                 // A sandbox or container was just started: the next step needs no wait.
                 Ok(true) if !shutdown.is_cancelled() => continue,
                 Ok(_) => {}
@@ -302,7 +314,14 @@ async fn report(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, observed: 
     }
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
     match api.patch_status(pod.metadata.name.as_deref().unwrap_or(""), &PatchParams::default(), &Patch::Merge(json!({"status": status}))).await {
-        Ok(_) => state.last_status = Some(status),
+        Ok(_) => {
+            if crate::metrics::first_running(state.starting_since.is_none(), &status) {
+                if let Some(since) = state.starting_since.take() {
+                    ctx.metrics.pod_started(since.elapsed());
+                }
+            }
+            state.last_status = Some(status)
+        }
         Err(e) => tracing::info!(error = %e, "writing pod status"),
     }
 }
