@@ -2,7 +2,8 @@
 # Installs the Debian packages Keelson builds and tests with, when they are missing:
 # RocksDB, clang (bindgen) and protoc to build; iproute2 and nftables for the chaos
 # harness (network namespaces and partitions; its tests need root anyway); containerd,
-# runc, the CNI plugins, busybox-static (the built-in images) and curl for real nodes.
+# runc, the CNI plugins, busybox-static (the built-in images) and curl for real nodes;
+# chromium for the status page's browser test.
 # Needs root to install; without root it says what is missing and fails only if the
 # build itself cannot work.
 set -euo pipefail
@@ -28,6 +29,8 @@ command -v conntrack >/dev/null 2>&1 || optional+=(conntrack)
 # start a 3-member etcd: installed here once, not by each of them at the same moment.
 [ -x /usr/bin/etcd ] || optional+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || optional+=(etcd-client)
+# The status page's test draws /ui in headless Chromium.
+[ -x /usr/bin/chromium ] || optional+=(chromium)
 for extra in "$@"; do
   dpkg -s "$extra" >/dev/null 2>&1 || need+=("$extra")
 done

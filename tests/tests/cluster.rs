@@ -294,3 +294,35 @@ async fn a_member_in_the_joint_phase_of_its_promotion_is_not_yet_listed_as_a_vot
 fn voters(r: &keelson_replica::Replica) -> usize {
     r.members().members.iter().filter(|m| m.voter).count()
 }
+
+/// Polls the leader's status until its view of the members' common log format is `want`.
+async fn wait_cluster_log_format(cluster: &TestCluster, leader: usize, want: u32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = cluster.status(leader).await.expect("leader status");
+        if st.cluster_log_format == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the leader's cluster log format stayed {} (want {want})", st.cluster_log_format);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_leader_writes_the_newer_log_format_only_while_every_member_says_it_reads_it() {
+    let mut cluster = TestCluster::start(3, ClusterOptions::default()).await.expect("cluster");
+    let leader = cluster.leader().await.expect("leader");
+    let own = cluster.status(leader).await.expect("status");
+    assert_eq!(own.log_format, keelson_raft::LOG_FORMAT);
+    wait_cluster_log_format(&cluster, leader, keelson_raft::LOG_FORMAT).await;
+    // A member that does not answer might come back on an older binary: the format
+    // falls back to the first until it answers again.
+    let follower = (0..3).find(|&i| i != leader).expect("a follower");
+    cluster.kill(follower).await;
+    wait_cluster_log_format(&cluster, leader, 1).await;
+    cluster.restart(follower).await.expect("restart");
+    wait_cluster_log_format(&cluster, leader, keelson_raft::LOG_FORMAT).await;
+    // Followers do not check: they write nothing.
+    assert_eq!(cluster.status(follower).await.expect("status").cluster_log_format, 1);
+    cluster.shutdown().await;
+}

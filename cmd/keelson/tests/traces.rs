@@ -3,9 +3,9 @@
 //! behind a tonic gRPC server and an HTTP endpoint). Three servers export over gRPC, a
 //! simulated node over HTTP. The trace the pod was created in must hold, with every span's
 //! parent in the trace: the API request and its authorization, the store call and the
-//! replica's run of it, the Raft proposal and its apply on all three replicas, the
-//! scheduler's cycle and its binding request, and the agent's start-up sync with its
-//! sandbox and container starts. Runs on any machine (no root, no containers).
+//! replica's run of it, the Raft proposal and its apply on all three replicas, the pod's
+//! ADDED event delivered to a watcher, the scheduler's cycle and its binding request, and
+//! the agent's start-up sync with its sandbox and container starts. Runs on any machine (no root, no containers).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -159,6 +159,19 @@ async fn one_trace_covers_kubectl_apply_from_the_api_request_to_the_agent_starti
     let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
     let client = kube::Client::try_from(kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap()).unwrap();
     agent.wait_ready(&client, Duration::from_secs(90)).await;
+    // The leader writes traced entries once every member has said it reads them.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    'gate: loop {
+        for m in cluster.manifest().servers() {
+            let page = cluster_support::metrics_page(&m.metrics_addr).await;
+            let leads = page.lines().any(|l| l == "keelson_raft_is_leader 1");
+            if leads && page.lines().any(|l| l == "keelson_raft_cluster_log_format 2") {
+                break 'gate;
+            }
+        }
+        assert!(Instant::now() < deadline, "no leader found every member reading traced entries within 30 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // kubectl apply, retried while the new cluster's default ServiceAccount appears.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -193,6 +206,7 @@ async fn one_trace_covers_kubectl_apply_from_the_api_request_to_the_agent_starti
         ("keelson-server", "store-call", vec![("kind", "txn")]),
         ("keelson-server", "replica-call", vec![("kind", "txn")]),
         ("keelson-server", "raft-propose", vec![]),
+        ("keelson-server", "watch-deliver", vec![("resource", "pods"), ("event", "ADDED")]),
         ("keelson-server", "schedule", vec![("node", "sim-1")]),
         ("keelson-server", "request", vec![("verb", "create"), ("resource", "pods/binding"), ("code", "201")]),
         ("keelson-agent", "pod-sync", vec![("pod", "default/traced")]),

@@ -3,8 +3,9 @@
 //! running, and how long pod syncs take. The node's services add theirs (the proxy's)
 //! with [`AgentMetrics::register`].
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use keelson_component::metrics::{PageEnd, ProcessRegistry};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -38,7 +39,7 @@ impl PodWork {
 /// Cheap to clone; every clone adds to the same series.
 #[derive(Clone)]
 pub struct AgentMetrics {
-    registry: Arc<Mutex<Registry>>,
+    registry: ProcessRegistry,
     pod_start: Histogram,
     pods_started: Counter,
     pod_worker: Family<Operation, Histogram>,
@@ -53,11 +54,13 @@ impl Default for AgentMetrics {
         let pods_started = Counter::default();
         // Kubernetes' default buckets (prometheus.DefBuckets).
         let pod_worker = Family::<Operation, Histogram>::new_with_constructor(|| Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]));
-        let mut registry = Registry::default();
-        registry.register("kubelet_pod_start_duration_seconds", "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run", pod_start.clone());
-        registry.register("kubelet_started_pods", "Cumulative number of pods started", pods_started.clone());
-        registry.register("kubelet_pod_worker_duration_seconds", "Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync", pod_worker.clone());
-        Self { registry: Arc::new(Mutex::new(registry)), pod_start, pods_started, pod_worker }
+        let registry = ProcessRegistry::default();
+        registry.register(|r| {
+            r.register("kubelet_pod_start_duration_seconds", "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run", pod_start.clone());
+            r.register("kubelet_started_pods", "Cumulative number of pods started", pods_started.clone());
+            r.register("kubelet_pod_worker_duration_seconds", "Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync", pod_worker.clone());
+        });
+        Self { registry, pod_start, pods_started, pod_worker }
     }
 }
 
@@ -74,21 +77,19 @@ impl AgentMetrics {
 
     /// Adds a node service's metrics to the agent's registry (once per agent).
     pub fn register(&self, add: impl FnOnce(&mut Registry)) {
-        add(&mut self.registry.lock().expect("metrics lock"));
+        self.registry.register(add);
     }
 
     /// The text exposition, OpenMetrics' `# EOF` included.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry.lock().expect("metrics lock")).expect("writing to a String cannot fail");
-        out
+        self.registry.render(PageEnd::Eof)
     }
 }
 
-/// Whether a status the worker computed is the pod's first start: its phase is Running
-/// and no earlier status of this worker was.
-pub fn first_running(already_started: bool, status: &serde_json::Value) -> bool {
-    !already_started && status.get("phase").and_then(|p| p.as_str()) == Some("Running")
+/// Whether a pod status the worker wrote says Running (the first such status of a worker
+/// that began before the pod ran is its start).
+pub fn is_running(status: &serde_json::Value) -> bool {
+    status.get("phase").and_then(|p| p.as_str()) == Some("Running")
 }
 
 #[cfg(test)]
@@ -127,10 +128,9 @@ mod tests {
     }
 
     #[test]
-    fn only_the_first_running_status_is_a_start() {
-        assert!(first_running(false, &json!({"phase": "Running"})));
-        assert!(!first_running(true, &json!({"phase": "Running"})));
-        assert!(!first_running(false, &json!({"phase": "Pending"})));
-        assert!(!first_running(false, &json!({})));
+    fn a_status_is_running_by_its_phase() {
+        assert!(is_running(&json!({"phase": "Running"})));
+        assert!(!is_running(&json!({"phase": "Pending"})));
+        assert!(!is_running(&json!({})));
     }
 }

@@ -64,7 +64,7 @@ fn host_port(url: &str) -> Result<(String, String), JoinError> {
     Ok((hp.to_string(), host))
 }
 
-async fn request(url: &str, cfg: ClientConfig, method: &str, path: &str, bearer: Option<&str>, body: Vec<u8>) -> Result<(u16, Vec<u8>), JoinError> {
+pub(crate) async fn request(url: &str, cfg: ClientConfig, method: &str, path: &str, bearer: Option<&str>, body: Vec<u8>) -> Result<(u16, Vec<u8>), JoinError> {
     let (addr, host) = host_port(url)?;
     let err = |m: String| JoinError::Connect { addr: addr.clone(), message: m };
     let tcp = tokio::net::TcpStream::connect(&addr).await.map_err(|e| err(e.to_string()))?;

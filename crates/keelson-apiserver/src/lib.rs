@@ -5,7 +5,8 @@
 //! - [`admission`]: the default mutating admission plugins (DefaultTolerationSeconds; pure);
 //! - [`registry`]: generic create/get/update/delete over [`storage::ObjectStore`];
 //! - [`http`]: routing, content negotiation, list/watch/patch, discovery, TLS;
-//! - [`allocator`]: Service ClusterIPs and NodePorts, allocated transactionally.
+//! - [`allocator`]: Service ClusterIPs and NodePorts, allocated transactionally;
+//! - `ui`: the status page at `/ui` (members, leases, nodes, a timeline of faults).
 //!
 //! Architecture invariants: the API server reaches the store only through
 //! `keelson_client::StoreClient` (its own replica's store API), so it holds no state of
@@ -34,6 +35,7 @@ pub mod registry;
 pub mod resource_metrics;
 pub mod storage;
 pub mod strategy;
+mod ui;
 pub mod watch_cache;
 
 /// The one table of served resources (routing, discovery, storage keys, strategies).

@@ -250,4 +250,11 @@ pub struct MemberStatus {
     pub revision: Revision,
     pub compacted_revision: Revision,
     pub members: Vec<MemberInfo>,
+    /// The newest Raft log entry format this replica's binary decodes (1: plain entries;
+    /// 2: also traced ones). Last, so replicas too old to send it are told apart by a
+    /// reply that ends before it.
+    pub log_format: u32,
+    /// The newest format every member decodes, as this replica found when it last checked
+    /// them (it checks while it leads; 1 otherwise): the newest it writes.
+    pub cluster_log_format: u32,
 }

@@ -14,6 +14,39 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+/// How a rendered page ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageEnd {
+    /// With OpenMetrics' `# EOF` line: the whole page.
+    Eof,
+    /// Without it, so other metrics can follow on the same page.
+    Open,
+}
+
+/// One process's metrics registry, shared by every part that adds series to it; cheap to
+/// clone (every clone is the same registry).
+#[derive(Clone, Default)]
+pub struct ProcessRegistry(Arc<Mutex<Registry>>);
+
+impl ProcessRegistry {
+    /// Adds series (once per process: call it when the part starts, not per term).
+    pub fn register(&self, add: impl FnOnce(&mut Registry)) {
+        add(&mut self.0.lock().expect("metrics lock"));
+    }
+
+    /// The text exposition.
+    pub fn render(&self, end: PageEnd) -> String {
+        let registry = self.0.lock().expect("metrics lock");
+        let mut out = String::new();
+        let written = match end {
+            PageEnd::Eof => prometheus_client::encoding::text::encode(&mut out, &registry),
+            PageEnd::Open => prometheus_client::encoding::text::encode_registry(&mut out, &registry),
+        };
+        written.expect("writing to a String cannot fail");
+        out
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ComponentLabel {
     name: String,
@@ -22,7 +55,7 @@ struct ComponentLabel {
 /// Shared by the electors of one process; cheap to clone.
 #[derive(Clone)]
 pub struct ElectionMetrics {
-    registry: Arc<Mutex<Registry>>,
+    registry: ProcessRegistry,
     leading: Family<ComponentLabel, Gauge>,
     transitions: Family<ComponentLabel, Counter>,
     renew: Family<ComponentLabel, Histogram>,
@@ -101,12 +134,16 @@ impl Default for ElectionMetrics {
         let renew = Family::<ComponentLabel, Histogram>::new_with_constructor(|| {
             Histogram::new([0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0])
         });
-        let mut registry = Registry::default();
-        registry.register("leader_election_master_status", "1 if this instance of the component holds its lease", leading.clone());
-        registry.register("leader_election_transitions", "Times this instance of the component came to hold its lease", transitions.clone());
-        registry.register("leader_election_renew_duration_seconds", "Time a successful lease renewal took", renew.clone());
-        let queues = WorkQueueFamilies::new(&mut registry);
-        Self { registry: Arc::new(Mutex::new(registry)), leading, transitions, renew, queues }
+        let registry = ProcessRegistry::default();
+        let mut queues = None;
+        registry.register(|r| {
+            r.register("leader_election_master_status", "1 if this instance of the component holds its lease", leading.clone());
+            r.register("leader_election_transitions", "Times this instance of the component came to hold its lease", transitions.clone());
+            r.register("leader_election_renew_duration_seconds", "Time a successful lease renewal took", renew.clone());
+            queues = Some(WorkQueueFamilies::new(r));
+        });
+        let queues = queues.expect("registered above");
+        Self { registry, leading, transitions, renew, queues }
     }
 }
 
@@ -140,15 +177,13 @@ impl ElectionMetrics {
     /// Adds a component's own metrics to the process's registry (once per process: call
     /// it when the component starts, not per term).
     pub fn register(&self, add: impl FnOnce(&mut Registry)) {
-        add(&mut self.registry.lock().expect("metrics lock"));
+        self.registry.register(add);
     }
 
     /// The text exposition (without the OpenMetrics `# EOF` line, so it can be joined to
     /// other metrics on one page).
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode_registry(&mut out, &self.registry.lock().expect("metrics lock")).expect("writing to a String cannot fail");
-        out
+        self.registry.render(PageEnd::Open)
     }
 }
 

@@ -19,6 +19,13 @@ pub struct MemberNode {
     pub raft_addr: String,
 }
 
+/// The newest [`LogCommand`] format this binary decodes: 1 is [`LogCommand::V1`], 2 adds
+/// [`LogCommand::Traced`]. A leader writes an entry in a format only once every member
+/// has said it decodes it (see `keelson-replica`'s log format gate).
+pub const LOG_FORMAT: u32 = 2;
+/// The format that brought [`LogCommand::Traced`].
+pub const TRACED_LOG_FORMAT: u32 = 2;
+
 /// A log entry's application payload. Versioned: a newer binary must keep decoding every
 /// older variant, so new formats are added as new variants, never by changing old ones.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,9 +38,16 @@ pub enum LogCommand {
 }
 
 impl LogCommand {
-    /// `command` as an entry, traced when the current span is recorded.
-    pub fn proposed(command: Command) -> Self {
-        match keelson_tracecontext::TraceParent::current_sampled() {
+    /// `command` as an entry, traced when the current span is recorded and every member
+    /// decodes traced entries (`cluster_format` at least [`TRACED_LOG_FORMAT`]).
+    pub fn proposed(command: Command, cluster_format: u32) -> Self {
+        Self::in_trace(command, keelson_tracecontext::TraceParent::current_sampled(), cluster_format)
+    }
+
+    /// `command` as an entry in the trace `parent`, when there is one and every member
+    /// decodes traced entries; else plain.
+    pub fn in_trace(command: Command, parent: Option<keelson_tracecontext::TraceParent>, cluster_format: u32) -> Self {
+        match parent.filter(|_| cluster_format >= TRACED_LOG_FORMAT) {
             Some(p) => LogCommand::Traced { command, traceparent: p.to_string() },
             None => LogCommand::V1(command),
         }

@@ -15,6 +15,7 @@ mod compactor;
 mod forward;
 mod grpc;
 pub mod identity;
+mod log_format;
 pub mod metrics;
 pub use stats::ReplicaStats;
 mod read_index;

@@ -22,7 +22,7 @@ type Pick<T, V> = fn(&T) -> V;
 /// A column family's name, live SST bytes, memtable bytes and estimated keys.
 type EngineSize = (&'static str, u64, u64, u64);
 
-const STATUS_GAUGES: [(&str, &str, Pick<MemberStatus, i64>); 10] = [
+const STATUS_GAUGES: [(&str, &str, Pick<MemberStatus, i64>); 12] = [
     ("keelson_raft_is_leader", "1 if this replica leads", |st| i64::from(st.role == "leader")),
     ("keelson_raft_term", "Current Raft term", |st| st.term as i64),
     ("keelson_raft_last_log_index", "Index of the last log entry", |st| st.last_log_index as i64),
@@ -33,6 +33,8 @@ const STATUS_GAUGES: [(&str, &str, Pick<MemberStatus, i64>); 10] = [
     ("keelson_raft_members", "Members in the membership config", |st| st.members.len() as i64),
     ("keelson_store_revision", "Current store revision", |st| st.revision),
     ("keelson_store_compacted_revision", "Revision history is compacted up to", |st| st.compacted_revision),
+    ("keelson_raft_log_format", "Newest Raft log entry format this binary decodes", |st| i64::from(st.log_format)),
+    ("keelson_raft_cluster_log_format", "Newest log entry format every member decodes, as this replica last checked while leading (1 otherwise)", |st| i64::from(st.cluster_log_format)),
 ];
 
 /// Per column family: name, help, and which of `engine_sizes`' numbers.
@@ -127,6 +129,8 @@ mod tests {
             revision: 42,
             compacted_revision: 0,
             members: Vec::new(),
+            log_format: 2,
+            cluster_log_format: 2,
         };
         let stats = ReplicaStats::default();
         stats.writes.inc_by(7);
@@ -135,6 +139,7 @@ mod tests {
             "# TYPE keelson_raft_is_leader gauge\nkeelson_raft_is_leader 1\n",
             "\nkeelson_raft_term 3\n",
             "\nkeelson_store_revision 42\n",
+            "\nkeelson_raft_cluster_log_format 2\n",
             "keelson_rocksdb_memtable_bytes{cf=\"state\"} 20\n",
             "keelson_rocksdb_estimated_keys{cf=\"raft_log\"} 3\n",
             "# HELP keelson_store_writes Writes committed through this replica.\n# TYPE keelson_store_writes counter\nkeelson_store_writes_total 7\n",

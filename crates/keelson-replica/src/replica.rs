@@ -51,6 +51,8 @@ pub(crate) struct ReplicaInner {
     pub forwarder: ForwardBatcher,
     pub peers: PeerChannels,
     pub stats: ReplicaStats,
+    /// The newest log entry format every member decodes (see [`crate::log_format`]).
+    pub log_format: crate::log_format::LogFormatGate,
 }
 
 /// Cached gRPC channels to other replicas, by address, dialed as the replica's
@@ -116,7 +118,7 @@ impl Replica {
         Some((id, node.raft_addr.clone()))
     }
 
-    fn is_leader(&self) -> bool {
+    pub(crate) fn is_leader(&self) -> bool {
         self.inner.raft.metrics().borrow_watched().state == ServerState::Leader
     }
 
@@ -256,9 +258,10 @@ impl Replica {
         // An item forwarded inside a recorded trace is written in it (the follower's
         // proposal span is its parent); the others as any proposal here.
         let mut traces = traces.into_iter();
+        let format = self.inner.log_format.cluster();
         let cmds = requests.into_iter().map(|t| match traces.next().flatten() {
-            Some(p) => LogCommand::Traced { command: Command::Txn(t), traceparent: p.to_string() },
-            None => LogCommand::proposed(Command::Txn(t)),
+            Some(p) => LogCommand::in_trace(Command::Txn(t), Some(p), format),
+            None => LogCommand::proposed(Command::Txn(t), format),
         });
         let mut stream = match self.inner.raft.client_write_many(cmds).await {
             Ok(s) => s,
@@ -310,7 +313,7 @@ impl Replica {
                 Some(_) => tracing::info_span!("raft-propose", leader = self.inner.id, term = tracing::field::Empty, index = tracing::field::Empty),
                 None => tracing::Span::none(),
             };
-            let entry = span.in_scope(|| LogCommand::proposed(cmd.clone()));
+            let entry = span.in_scope(|| LogCommand::proposed(cmd.clone(), self.inner.log_format.cluster()));
             let written = tracing::Instrument::instrument(self.inner.raft.client_write(entry), span.clone()).await;
             match written {
                 Ok(resp) => {
@@ -492,6 +495,8 @@ impl Replica {
             revision: self.inner.state.store.current_revision(),
             compacted_revision: self.inner.state.store.compacted_revision(),
             members: self.members().members,
+            log_format: keelson_raft::LOG_FORMAT,
+            cluster_log_format: self.inner.log_format.cluster(),
         }
     }
 }

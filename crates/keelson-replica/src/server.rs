@@ -144,6 +144,7 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
             forwarder,
             peers: PeerChannels::new(dialer),
             stats: ReplicaStats::default(),
+            log_format: Default::default(),
         }),
     };
 
@@ -185,6 +186,7 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
     tasks.push(tokio::spawn(read_index::run(replica.clone(), read_index_rx, shutdown.clone())));
     tasks.push(tokio::spawn(crate::forward::run(replica.clone(), forward_rx, shutdown.clone())));
     tasks.push(tokio::spawn(crate::compactor::run(replica.clone(), cfg.compaction.clone(), shutdown.clone())));
+    tasks.push(tokio::spawn(crate::log_format::run(replica.clone(), shutdown.clone())));
 
     let mut metrics_addr = None;
     if let Some(m) = cfg.metrics_addr {

@@ -161,9 +161,11 @@ pub fn schedule(profile: &Profile, pod: &Pod, snapshot: &Snapshot, start: usize,
 /// Score (Filter runs per node and plugin; timing each would cost more than the filter).
 #[derive(Debug, Default)]
 pub struct CycleTimes {
-    pub pre_filter: Duration,
-    pub filter: Duration,
-    pub score: Duration,
+    /// How long each extension point took; `None` when it did not run (no nodes; a
+    /// PreFilter rejection; one feasible node needs no scoring).
+    pub pre_filter: Option<Duration>,
+    pub filter: Option<Duration>,
+    pub score: Option<Duration>,
     /// (plugin, extension point, time) for the plugins that ran.
     pub plugins: Vec<(&'static str, &'static str, Duration)>,
 }
@@ -184,7 +186,7 @@ pub fn schedule_timed(profile: &Profile, pod: &Pod, snapshot: &Snapshot, start: 
                 break;
             }
         }
-        times.pre_filter = began.elapsed();
+        times.pre_filter = Some(began.elapsed());
         if let Some(why) = rejected {
             let message = format!("0/{total} nodes are available: {why}.");
             return Decision::Unschedulable { reasons: BTreeMap::from([(why, total)]), message, resolvable: Vec::new() };
@@ -194,7 +196,7 @@ pub fn schedule_timed(profile: &Profile, pod: &Pod, snapshot: &Snapshot, start: 
     // A nominated pod goes to its nominated node if it fits there now.
     if let Some(node) = snapshot.nominated_node_of(pod).and_then(|n| snapshot.node(n)) {
         if filter_node(profile, &cx, node).is_ok() {
-            times.filter = filtering.elapsed();
+            times.filter = Some(filtering.elapsed());
             return Decision::Bind { node: node.name.clone(), feasible: 1 };
         }
     }
@@ -221,7 +223,7 @@ pub fn schedule_timed(profile: &Profile, pod: &Pod, snapshot: &Snapshot, start: 
             }
         }
     }
-    times.filter = filtering.elapsed();
+    times.filter = Some(filtering.elapsed());
     if feasible.is_empty() {
         let message = unschedulable_message(total, &reasons);
         resolvable.sort_unstable();
@@ -243,7 +245,7 @@ pub fn schedule_timed(profile: &Profile, pod: &Pod, snapshot: &Snapshot, start: 
             }
             times.plugins.push((plugin.name(), "Score", at.elapsed()));
         }
-        times.score = scoring.elapsed();
+        times.score = Some(scoring.elapsed());
     }
     let best = *totals.iter().max().expect("feasible is not empty");
     let tied: Vec<usize> = (0..feasible.len()).filter(|&i| totals[i] == best).collect();

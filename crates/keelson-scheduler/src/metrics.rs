@@ -116,11 +116,13 @@ impl SchedulerMetrics {
     /// Where a cycle that came to `result` spent its time. The extension point that
     /// rejected an unschedulable pod carries its status; the others ran to success.
     pub fn cycle(&self, result: AttemptResult, times: &CycleTimes) {
-        let reached_filter = times.filter > Duration::ZERO || result == AttemptResult::Scheduled;
-        let pre_filter_status = if reached_filter { "Success" } else { result.status() };
-        let points = [("PreFilter", times.pre_filter, pre_filter_status, true), ("Filter", times.filter, result.status(), reached_filter), ("Score", times.score, "Success", times.score > Duration::ZERO)];
-        for (extension_point, took, status, ran) in points {
-            if ran {
+        // PreFilter rejected the pod when Filter never ran; Filter did when the pod was
+        // found unschedulable after it (an error comes later, from the binding).
+        let pre_filter_status = if times.filter.is_some() { "Success" } else { result.status() };
+        let filter_status = if result == AttemptResult::Unschedulable { result.status() } else { "Success" };
+        let points = [("PreFilter", times.pre_filter, pre_filter_status), ("Filter", times.filter, filter_status), ("Score", times.score, "Success")];
+        for (extension_point, took, status) in points {
+            if let Some(took) = took {
                 let label = ExtensionPoint { extension_point, status, profile: crate::SCHEDULER_NAME };
                 self.extension_points.get_or_create(&label).observe(took.as_secs_f64());
             }
@@ -159,8 +161,12 @@ mod tests {
         m.preemption_attempt(Some(2));
         m.preemption_attempt(None);
         m.e2e(AttemptResult::Scheduled, Duration::from_millis(20));
-        let times = CycleTimes { pre_filter: Duration::from_micros(5), filter: Duration::from_micros(40), score: Duration::from_micros(30), plugins: vec![("NodeResourcesFit", "Score", Duration::from_micros(12))] };
+        let times = CycleTimes { pre_filter: Some(Duration::from_micros(5)), filter: Some(Duration::from_micros(40)), score: Some(Duration::from_micros(30)), plugins: vec![("NodeResourcesFit", "Score", Duration::from_micros(12))] };
         m.cycle(AttemptResult::Scheduled, &times);
+        // Rejected at PreFilter: only PreFilter is counted, with the rejection.
+        m.cycle(AttemptResult::Unschedulable, &CycleTimes { pre_filter: Some(Duration::from_micros(2)), ..Default::default() });
+        // Rejected by the filters: PreFilter succeeded, Filter did not, nothing was scored.
+        m.cycle(AttemptResult::Unschedulable, &CycleTimes { pre_filter: Some(Duration::ZERO), filter: Some(Duration::ZERO), ..Default::default() });
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(text.contains(r#"scheduler_schedule_attempts_total{result="scheduled",profile="default-scheduler"} 1"#), "{text}");
@@ -170,6 +176,9 @@ mod tests {
         assert!(text.contains(r#"scheduler_e2e_scheduling_duration_seconds_sum{result="scheduled",profile="default-scheduler"} 0.02"#), "{text}");
         assert!(text.contains(r#"scheduler_framework_extension_point_duration_seconds_count{extension_point="Filter",status="Success",profile="default-scheduler"} 1"#), "{text}");
         assert!(text.contains(r#"scheduler_framework_extension_point_duration_seconds_count{extension_point="Score",status="Success",profile="default-scheduler"} 1"#), "{text}");
+        assert!(text.contains(r#"scheduler_framework_extension_point_duration_seconds_count{extension_point="PreFilter",status="Success",profile="default-scheduler"} 2"#), "{text}");
+        assert!(text.contains(r#"scheduler_framework_extension_point_duration_seconds_count{extension_point="PreFilter",status="Unschedulable",profile="default-scheduler"} 1"#), "{text}");
+        assert!(text.contains(r#"scheduler_framework_extension_point_duration_seconds_count{extension_point="Filter",status="Unschedulable",profile="default-scheduler"} 1"#), "{text}");
         assert!(text.contains(r#"scheduler_plugin_execution_duration_seconds_count{plugin="NodeResourcesFit",extension_point="Score",status="Success"} 1"#), "{text}");
         assert!(text.contains("scheduler_preemption_victims_count 1") && text.contains("scheduler_preemption_victims_sum 2.0"), "{text}");
     }

@@ -169,6 +169,8 @@ mod tests {
             revision: 77,
             compacted_revision: 0,
             members: vec![],
+            log_format: 2,
+            cluster_log_format: 2,
         }
     }
 

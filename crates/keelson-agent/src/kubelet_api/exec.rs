@@ -158,7 +158,7 @@ enum Upgrade {
 
 async fn session(State(state): State<Arc<ApiState>>, Extension(caller): Extension<Caller>, UrlPath(path): UrlPath<HashMap<String, String>>, mut req: axum::extract::Request, mode: Mode) -> Response<Body> {
     if !state.authorized(&caller, "create", "proxy").await && !state.authorized(&caller, "get", "proxy").await {
-        return status(StatusCode::FORBIDDEN, "Forbidden", format!("Forbidden (user={}, verb=create, resource=nodes, subresource=proxy)", caller.user));
+        return super::forbidden(&caller, "create", "proxy");
     }
     let get = |k: &str| path.get(k).cloned().unwrap_or_default();
     let (ns, pod, container, uid) = (get("namespace"), get("pod"), get("container"), path.get("uid").cloned());

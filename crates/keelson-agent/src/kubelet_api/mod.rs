@@ -159,7 +159,20 @@ pub(crate) fn status(code: StatusCode, reason: &str, message: String) -> Respons
     Response::builder().status(code).header("content-type", "application/json").body(Body::from(body.to_string())).expect("a valid response")
 }
 
+/// The kubelet's 403 for a caller not allowed `verb` on `nodes/<sub>`.
+pub(crate) fn forbidden(caller: &Caller, verb: &str, sub: &str) -> Response<Body> {
+    status(StatusCode::FORBIDDEN, "Forbidden", format!("Forbidden (user={}, verb={verb}, resource=nodes, subresource={sub})", caller.user))
+}
+
 impl ApiState {
+    /// Nothing when `caller` may `verb` `nodes/<sub>` of this node, else the 403 to answer.
+    pub(crate) async fn allow(&self, caller: &Caller, verb: &'static str, sub: &'static str) -> Result<(), Response<Body>> {
+        match self.authorized(caller, verb, sub).await {
+            true => Ok(()),
+            false => Err(forbidden(caller, verb, sub)),
+        }
+    }
+
     /// Whether `caller` may `verb` `nodes/<sub>` of this node (SubjectAccessReview).
     pub(crate) async fn authorized(&self, caller: &Caller, verb: &'static str, sub: &'static str) -> bool {
         let key = (caller.user.clone(), caller.groups.clone(), verb, sub);
@@ -189,8 +202,8 @@ impl ApiState {
 
 /// `GET /stats/summary`: the kubelet's Summary API (`nodes/stats`).
 async fn stats_summary(State(state): State<Arc<ApiState>>, Extension(caller): Extension<Caller>) -> Response<Body> {
-    if !state.authorized(&caller, "get", "stats").await {
-        return status(StatusCode::FORBIDDEN, "Forbidden", format!("Forbidden (user={}, verb=get, resource=nodes, subresource=stats)", caller.user));
+    if let Err(denied) = state.allow(&caller, "get", "stats").await {
+        return denied;
     }
     let body = state.stats.summary().await;
     Response::builder().header("content-type", "application/json").body(Body::from(body.to_string())).expect("a valid response")
@@ -198,16 +211,17 @@ async fn stats_summary(State(state): State<Arc<ApiState>>, Extension(caller): Ex
 
 /// `GET /metrics/resource`: resource usage in Prometheus text (`nodes/metrics`).
 async fn metrics_resource(State(state): State<Arc<ApiState>>, Extension(caller): Extension<Caller>) -> Response<Body> {
-    if !state.authorized(&caller, "get", "metrics").await {
-        return status(StatusCode::FORBIDDEN, "Forbidden", format!("Forbidden (user={}, verb=get, resource=nodes, subresource=metrics)", caller.user));
+    if let Err(denied) = state.allow(&caller, "get", "metrics").await {
+        return denied;
     }
     let text = crate::stats::resource_metrics(&state.stats.summary().await);
     Response::builder().header("content-type", "text/plain; version=0.0.4").body(Body::from(text)).expect("a valid response")
 }
 
+/// `GET /metrics`: the agent's own metrics (`nodes/metrics`).
 async fn agent_metrics(State(state): State<Arc<ApiState>>, Extension(caller): Extension<Caller>) -> Response<Body> {
-    if !state.authorized(&caller, "get", "metrics").await {
-        return status(StatusCode::FORBIDDEN, "Forbidden", format!("Forbidden (user={}, verb=get, resource=nodes, subresource=metrics)", caller.user));
+    if let Err(denied) = state.allow(&caller, "get", "metrics").await {
+        return denied;
     }
     Response::builder().header("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8").body(Body::from(state.metrics.render())).expect("a valid response")
 }
@@ -249,8 +263,8 @@ async fn container_logs(
     UrlPath((namespace, pod, container)): UrlPath<(String, String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response<Body> {
-    if !state.authorized(&caller, "get", "proxy").await {
-        return status(StatusCode::FORBIDDEN, "Forbidden", format!("Forbidden (user={}, verb=get, resource=nodes, subresource=proxy)", caller.user));
+    if let Err(denied) = state.allow(&caller, "get", "proxy").await {
+        return denied;
     }
     let opts = match LogOptions::from_query(&q, jiff::Timestamp::now().as_nanosecond()) {
         Ok(o) => o,

@@ -104,7 +104,7 @@ pub(super) async fn port_forward(
     mut req: axum::extract::Request,
 ) -> Response<Body> {
     if !state.authorized(&caller, "create", "proxy").await && !state.authorized(&caller, "get", "proxy").await {
-        return status(StatusCode::FORBIDDEN, "Forbidden", format!("Forbidden (user={}, verb=create, resource=nodes, subresource=proxy)", caller.user));
+        return super::forbidden(&caller, "create", "proxy");
     }
     let (ns, pod) = (path.get("namespace").cloned().unwrap_or_default(), path.get("pod").cloned().unwrap_or_default());
     let headers = req.headers();

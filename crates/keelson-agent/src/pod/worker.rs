@@ -315,7 +315,9 @@ async fn report(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, observed: 
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
     match api.patch_status(pod.metadata.name.as_deref().unwrap_or(""), &PatchParams::default(), &Patch::Merge(json!({"status": status}))).await {
         Ok(_) => {
-            if crate::metrics::first_running(state.starting_since.is_none(), &status) {
+            // The first Running status ends the start (a worker that began with the pod
+            // running has no start to end).
+            if crate::metrics::is_running(&status) {
                 if let Some(since) = state.starting_since.take() {
                     ctx.metrics.pod_started(since.elapsed());
                 }

@@ -103,6 +103,7 @@ pub(crate) struct ApiState {
     /// How this server reaches node agents (logs); `None` without the CA key.
     pub kubelet: Option<node_proxy::KubeletClient>,
     pub inflight: crate::inflight::InflightLimits,
+    pub status_page: Arc<crate::ui::StatusPage>,
 }
 
 /// Longest a client's TLS handshake may take before its connection is dropped.
@@ -142,9 +143,13 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
         Some(a) => Some(AuditLog::open(&a.path, a.max_bytes, a.backups).map_err(|e| ApiServerError::Auth(format!("audit log {}: {e}", a.path.display())))?),
         None => None,
     };
+    let sampler_store = client.clone();
     let store = ObjectStore::new(client, cipher);
     let metrics = crate::metrics::ApiMetrics::default();
     let watch_cache = crate::watch_cache::WatchCache::new(store.clone(), metrics.watch_cache(), shutdown.clone());
+    let sampler = crate::ui::Sampler::new(sampler_store, cfg.store_tls.clone(), watch_cache.clone(), &cfg.client_ca_pem).map_err(ApiServerError::Tls)?;
+    let server_name = cfg.identity.as_ref().map_or_else(|| addr.to_string(), |id| id.name.clone());
+    let status_page = crate::ui::StatusPage::start(server_name, sampler, shutdown.clone());
     let state = Arc::new(ApiState {
         registry: Registry::new(store.clone()),
         shutdown: shutdown.clone(),
@@ -164,6 +169,7 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
             }
         }),
         inflight: crate::inflight::InflightLimits::new(cfg.max_requests_inflight, cfg.max_mutating_requests_inflight),
+        status_page,
     });
     if let Some(id) = cfg.identity.clone() {
         tokio::spawn(crate::identity_lease::keep(state.registry.clone(), id, shutdown.clone()));
@@ -425,6 +431,8 @@ async fn dispatch(state: &Arc<ApiState>, r: Route, caller: Option<&Caller>, req:
     match r {
         Route::Version => get_only(Ok(json_response(StatusCode::OK, &discovery::version()))),
         Route::Health(check) => Ok(health(state, &check).await),
+        Route::Ui { document: false } => get_only(Ok(crate::ui::page())),
+        Route::Ui { document: true } => get_only(Ok(json_response(StatusCode::OK, &state.status_page.status(&state.watch_cache).await))),
         Route::Metrics => get_only(Ok((StatusCode::OK, [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render()).into_response())),
         Route::KeelsonCaCerts => get_only(Ok((StatusCode::OK, [(http::header::CONTENT_TYPE, "text/plain")], state.ca_pem.clone()).into_response())),
         Route::KeelsonJoin => {

@@ -80,6 +80,8 @@ pub enum Route {
     OpenApiV2,
     OpenApiV3(String),
     Metrics,
+    /// `GET /ui`: the status page; `GET /ui/status`: the document it draws.
+    Ui { document: bool },
     /// `GET /keelson/v1/cacerts`: the cluster CA, for joiners.
     KeelsonCaCerts,
     /// `POST /keelson/v1/join`: join with a token.
@@ -94,6 +96,8 @@ pub fn route(path: &str) -> Route {
         ["version"] => Route::Version,
         [h @ ("healthz" | "livez" | "readyz"), ..] => Route::Health(h.to_string()),
         ["metrics"] => Route::Metrics,
+        ["ui"] => Route::Ui { document: false },
+        ["ui", "status"] => Route::Ui { document: true },
         ["keelson", "v1", "cacerts"] => Route::KeelsonCaCerts,
         ["keelson", "v1", "join"] => Route::KeelsonJoin,
         ["openapi", "v3"] => Route::OpenApiV3Index,

@@ -39,6 +39,8 @@ struct WatchSpec {
     bookmarks: bool,
     repr: Representation,
     include: keelson_apimachinery::table::IncludeObject,
+    /// The client's user agent, named in delivery spans.
+    watcher: String,
 }
 
 pub(crate) async fn serve(
@@ -47,6 +49,7 @@ pub(crate) async fn serve(
     q: HashMap<String, String>,
     selectors: Selectors,
     repr: Representation,
+    watcher: String,
 ) -> Result<Response, ApiError> {
     let def = rr.def;
     let rv = q.get("resourceVersion").cloned().unwrap_or_default();
@@ -81,7 +84,7 @@ pub(crate) async fn serve(
         Some(rv.parse().map_err(|_| ApiError::BadRequest(format!("invalid resource version {rv:?}")))?)
     };
     let include = list::include_object(&q)?;
-    let spec = WatchSpec { def, range, selectors, bookmarks, repr, include };
+    let spec = WatchSpec { def, range, selectors, bookmarks, repr, include, watcher };
     // The resource's feed exists before the initial list is read, so the list's revision
     // is inside the feed's backlog.
     let feed = match state.watch_cache.feed(def.key_prefix().as_bytes()).await {
@@ -181,6 +184,32 @@ impl WatchSpec {
     }
 }
 
+/// A `watch-deliver` span for sending the change of `obj` to this watcher, when the
+/// object carries a sampled trace ([`keelson_tracecontext::POD_ANNOTATION`]: a pod
+/// created in one), as a child of that trace; it lasts until the watcher's buffer took
+/// the event. Other events get no span: one per event and watcher would cost the watch
+/// path more than the events do.
+fn delivery_span(spec: &WatchSpec, ty: &str, obj: &Value) -> Option<tracing::Span> {
+    let parent: keelson_tracecontext::TraceParent = obj.pointer("/metadata/annotations")?.get(keelson_tracecontext::POD_ANNOTATION)?.as_str()?.parse().ok()?;
+    if !parent.sampled {
+        return None;
+    }
+    let revision = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default();
+    let span = tracing::info_span!("watch-deliver", resource = spec.def.plural, event = ty, revision, watcher = %spec.watcher, trace_id = tracing::field::Empty);
+    keelson_tracecontext::continue_trace(&span, Some(parent));
+    Some(span)
+}
+
+/// Sends one line to the watcher, inside its delivery span if it has one; false when the
+/// watcher is gone.
+async fn deliver(tx: &mpsc::Sender<Result<bytes::Bytes, std::convert::Infallible>>, line: bytes::Bytes, span: Option<tracing::Span>) -> bool {
+    use tracing::Instrument;
+    match span {
+        Some(span) => tx.send(Ok(line)).instrument(span).await.is_ok(),
+        None => tx.send(Ok(line)).await.is_ok(),
+    }
+}
+
 fn error_event(e: &ApiError) -> Value {
     json!({"type": "ERROR", "object": e.status()})
 }
@@ -243,7 +272,8 @@ async fn follow(state: &ApiState, spec: &WatchSpec, mut from: Revision, tx: &mps
                 }
             };
             for e in out {
-                if tx.send(Ok(line(&e))).await.is_err() {
+                let span = e["type"].as_str().and_then(|ty| delivery_span(spec, ty, &e["object"]));
+                if !deliver(tx, line(&e), span).await {
                     return;
                 }
             }
@@ -295,24 +325,25 @@ fn classify<'a>(spec: &WatchSpec, prev: Option<&'a Value>, cur: Option<&'a Value
 async fn follow_feed(spec: &WatchSpec, joined: Joined, from: Revision, tx: &mpsc::Sender<Result<bytes::Bytes, std::convert::Infallible>>) {
     let Joined { backlog, mut live } = joined;
     let plain = spec.selectors.labels.is_empty() && spec.selectors.fields.is_empty() && spec.repr == Representation::Object;
-    let line_of = |ev: &FeedEvent| -> Option<bytes::Bytes> {
+    let line_of = |ev: &FeedEvent| -> Option<(bytes::Bytes, Option<tracing::Span>)> {
         match ev {
             FeedEvent::Change(c) if c.revision < from => None,
             FeedEvent::Progress(rev) if *rev < from - 1 => None,
             FeedEvent::Change(c) if spec.range.contains(&c.key) => {
+                let (ty, obj) = classify(spec, c.previous.as_ref(), c.object.as_deref().map(|s| &s.obj))?;
+                let span = delivery_span(spec, ty, obj);
                 if plain {
-                    let (ty, obj) = classify(spec, c.previous.as_ref(), c.object.as_deref().map(|s| &s.obj))?;
-                    return Some(c.plain_line.get_or_init(|| line(&json!({"type": ty, "object": obj}))).clone());
+                    return Some((c.plain_line.get_or_init(|| line(&json!({"type": ty, "object": obj}))).clone(), span));
                 }
-                classify(spec, c.previous.as_ref(), c.object.as_deref().map(|s| &s.obj)).map(|(ty, obj)| line(&spec.event(ty, obj.clone())))
+                Some((line(&spec.event(ty, obj.clone())), span))
             }
-            FeedEvent::Progress(rev) if spec.bookmarks => Some(line(&spec.bookmark(*rev))),
+            FeedEvent::Progress(rev) if spec.bookmarks => Some((line(&spec.bookmark(*rev)), None)),
             _ => None,
         }
     };
     for ev in backlog {
-        if let Some(l) = line_of(&ev) {
-            if tx.send(Ok(l)).await.is_err() {
+        if let Some((l, span)) = line_of(&ev) {
+            if !deliver(tx, l, span).await {
                 return;
             }
         }
@@ -320,8 +351,8 @@ async fn follow_feed(spec: &WatchSpec, joined: Joined, from: Revision, tx: &mpsc
     loop {
         match live.recv().await {
             Ok(ev) => {
-                if let Some(l) = line_of(&ev) {
-                    if tx.send(Ok(l)).await.is_err() {
+                if let Some((l, span)) = line_of(&ev) {
+                    if !deliver(tx, l, span).await {
                         return;
                     }
                 }
