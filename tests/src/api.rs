@@ -23,6 +23,8 @@ pub struct ApiOptions {
     pub rotation: Option<(std::time::Duration, std::time::Duration)>,
     /// `--max-requests-inflight` / `--max-mutating-requests-inflight` (None: the defaults).
     pub inflight: Option<(usize, usize)>,
+    /// An audit log per server: `audit-<i>.log` in this directory.
+    pub audit_dir: Option<std::path::PathBuf>,
 }
 
 pub struct ApiCluster {
@@ -95,13 +97,14 @@ impl ApiCluster {
             secrets_key: Some(self.secrets_key.clone()),
             service_account_key_pem: Some(self.sa_key.clone()),
             token_auth_file: self.opts.token_file.clone(),
-            audit: None,
+            audit: self.opts.audit_dir.as_ref().map(|d| keelson_apiserver::AuditConfig { path: d.join(format!("audit-{i}.log")), max_bytes: 64 << 20, backups: 1 }),
             join: None,
             initial_join_token: None,
             cert_rotation,
             identity: Some(keelson_apiserver::identity_lease::ServerIdentity { name: format!("server-{i}"), address: self.api_addrs[i] }),
             max_requests_inflight: self.opts.inflight.map_or(keelson_apiserver::inflight::DEFAULT_MAX_REQUESTS_INFLIGHT, |l| l.0),
             max_mutating_requests_inflight: self.opts.inflight.map_or(keelson_apiserver::inflight::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT, |l| l.1),
+            auth_failures: Default::default(),
         };
         let mut last = None;
         for _ in 0..50 {

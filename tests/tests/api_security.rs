@@ -76,6 +76,55 @@ async fn requests_without_valid_credentials_get_401() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn token_guessing_locks_the_source_out_and_denials_are_audited() {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let tokens = dir.join("tokens.csv");
+    std::fs::write(&tokens, "alice-token,alice,1001\n").unwrap();
+    let audit = dir.join("audit");
+    let api = keelson_tests::api::ApiOptions { token_file: Some(tokens), audit_dir: Some(audit.clone()), ..Default::default() };
+    let c = ApiCluster::start_with(3, ClusterOptions::default(), api).await.unwrap();
+    let cfg = client_cfg(c.ca_pem());
+    let first = c.api_addr(0).to_string();
+    // Alice authenticates, and may not list Secrets.
+    assert_eq!(raw_get(cfg.clone(), &first, "/api/v1/secrets", Some("alice-token")).await.0, 403);
+    // Ten guesses are told 401; the eleventh is not even looked at.
+    let burst = keelson_apiserver::auth::lockout::AuthFailureLimits::default().burst;
+    for i in 0..burst {
+        assert_eq!(raw_get(cfg.clone(), &first, "/api/v1/pods", Some(&format!("guess-{i}"))).await.0, 401, "guess {i}");
+    }
+    let (status, head, body) = raw_response(cfg.clone(), &first, "/api/v1/pods", Some("guess-last")).await;
+    assert_eq!(status, 429, "{head}\n{body}");
+    let retry_after: u64 = head
+        .lines()
+        .find_map(|l| l.strip_prefix("retry-after: ").or_else(|| l.strip_prefix("Retry-After: ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no Retry-After in\n{head}"));
+    assert!((1..=6).contains(&retry_after), "{retry_after}");
+    let st: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(st["reason"], "TooManyRequests", "{st}");
+    assert!(st["message"].as_str().unwrap().contains("too many failed authentication attempts from 127.0.0.1"), "{st}");
+    // While locked out, even a valid token from that source is refused, and so is no
+    // credential at all: guessing stops paying.
+    assert_eq!(raw_get(cfg.clone(), &first, "/api/v1/secrets", Some("alice-token")).await.0, 429);
+    assert_eq!(raw_get(cfg.clone(), &first, "/api/v1/pods", None).await.0, 429);
+    assert_eq!(raw_get(cfg.clone(), &first, "/livez", None).await.0, 200, "health stays public");
+    // Client certificates are never limited; other servers count their own failures.
+    let admin = c.kube_client(0).await.unwrap();
+    Api::<ServiceAccount>::namespaced(admin, "default").list(&ListParams::default()).await.expect("the admin's certificate still works");
+    assert_eq!(raw_get(cfg, &c.api_addr(1).to_string(), "/api/v1/secrets", Some("alice-token")).await.0, 403);
+
+    // The first server's audit log has every denial, of any verb: Alice's 403 under
+    // her name, the guesses' 401s and the lockout's 429s as system:anonymous.
+    let log = std::fs::read_to_string(audit.join("audit-0.log")).unwrap();
+    let entries: Vec<serde_json::Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let count = |code: u64, user: &str| entries.iter().filter(|e| e["code"] == code && e["user"] == user).count();
+    assert!(entries.iter().any(|e| e["code"] == 403 && e["user"] == "alice" && e["verb"] == "list" && e["resource"] == "secrets" && e["source"].as_str().is_some_and(|s| s.starts_with("127.0.0.1:"))), "{log}");
+    assert_eq!(count(401, "system:anonymous"), burst as usize, "{log}");
+    assert_eq!(count(429, "system:anonymous"), 3, "{log}");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rbac_grants_and_denials() {
     let c = cluster().await;
     let admin = c.kube_client(0).await.unwrap();
@@ -297,6 +346,12 @@ fn client_cfg(ca: &str) -> rustls::ClientConfig {
 
 /// One HTTPS/1.1 GET; returns (status, body).
 async fn raw_get(cfg: rustls::ClientConfig, addr: &str, path: &str, bearer: Option<&str>) -> (u16, String) {
+    let (status, _, body) = raw_response(cfg, addr, path, bearer).await;
+    (status, body)
+}
+
+/// One HTTPS/1.1 GET; returns (status, headers, body).
+async fn raw_response(cfg: rustls::ClientConfig, addr: &str, path: &str, bearer: Option<&str>) -> (u16, String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
@@ -307,6 +362,6 @@ async fn raw_get(cfg: rustls::ClientConfig, addr: &str, path: &str, bearer: Opti
     let _ = tls.read_to_end(&mut out).await;
     let text = String::from_utf8_lossy(&out).to_string();
     let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
-    (status, body)
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (status, head.to_string(), body.to_string())
 }

@@ -48,6 +48,15 @@ pub struct ServerArgs {
     /// Mutating requests served at once before 429 (0: no limit).
     #[arg(long, default_value_t = keelson_apiserver::inflight::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT)]
     max_mutating_requests_inflight: usize,
+    /// Failed authentication attempts (bad or expired tokens, no credentials) a source
+    /// address may make in a row before its token and anonymous requests get 429 with
+    /// Retry-After; one more is earned back every --auth-failure-refill (0: no limit).
+    /// Client certificates are never limited.
+    #[arg(long, default_value_t = 10)]
+    auth_failure_burst: u32,
+    /// Time to earn back one failed authentication attempt: `6s`, `500ms`, `1m`.
+    #[arg(long, default_value = "6s", value_parser = crate::components::parse_duration)]
+    auth_failure_refill: std::time::Duration,
     /// Rotated audit logs kept.
     #[arg(long, default_value_t = 10)]
     audit_log_maxbackup: usize,
@@ -269,6 +278,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             cert_rotation: Some(rotation),
             identity: Some(keelson_apiserver::identity_lease::ServerIdentity { name: server_name.clone(), address: api_address }),
             max_requests_inflight: args.max_requests_inflight,
+            auth_failures: keelson_apiserver::auth::lockout::AuthFailureLimits { burst: args.auth_failure_burst, refill_every: args.auth_failure_refill },
             max_mutating_requests_inflight: args.max_mutating_requests_inflight,
         },
         running.shutdown_token(),

@@ -73,6 +73,9 @@ pub struct ApiServerConfig {
     /// [`crate::inflight`].
     pub max_requests_inflight: usize,
     pub max_mutating_requests_inflight: usize,
+    /// Failed authentication attempts per source before it is locked out; see
+    /// [`crate::auth::lockout`].
+    pub auth_failures: crate::auth::lockout::AuthFailureLimits,
 }
 
 /// Where the audit log goes and how it rotates.
@@ -104,6 +107,7 @@ pub(crate) struct ApiState {
     pub kubelet: Option<node_proxy::KubeletClient>,
     pub inflight: crate::inflight::InflightLimits,
     pub status_page: Arc<crate::ui::StatusPage>,
+    pub auth_failures: crate::auth::lockout::AuthFailures,
 }
 
 /// Longest a client's TLS handshake may take before its connection is dropped.
@@ -170,6 +174,7 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
         }),
         inflight: crate::inflight::InflightLimits::new(cfg.max_requests_inflight, cfg.max_mutating_requests_inflight),
         status_page,
+        auth_failures: crate::auth::lockout::AuthFailures::new(cfg.auth_failures),
     });
     if let Some(id) = cfg.identity.clone() {
         tokio::spawn(crate::identity_lease::keep(state.registry.clone(), id, shutdown.clone()));
@@ -336,15 +341,37 @@ async fn handle(state: Arc<ApiState>, identity: Option<Identity>, peer: String, 
         // Health, the CA certificate and joining (which checks its own token) need no
         // credentials; everything else does.
         let public = matches!(r, Route::Health(_) | Route::KeelsonCaCerts | Route::KeelsonJoin);
+        let request = AuditedRequest { attrs: &attrs, uri: &uri, peer: &peer, user_agent: &ua, command: &command };
         let caller = if public {
             None
         } else {
+            // A source that failed to authenticate too often is refused before its
+            // credential is looked at (client certificates were checked by TLS already).
+            let source = peer.parse::<SocketAddr>().ok().map(|a| a.ip());
+            let now = std::time::Instant::now();
+            if let (None, Some(ip)) = (&identity, source) {
+                if let Err(wait) = state.auth_failures.check(ip, now) {
+                    let e = ApiError::TooManyRequests(format!("too many failed authentication attempts from {ip}; try again in {}s", wait.as_secs().max(1)));
+                    let mut resp = error_response(&e);
+                    let retry = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+                    resp.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from(retry.max(1)));
+                    tracing::Span::current().record("code", 429);
+                    audit_denial(&state, &request, None, 429);
+                    return resp;
+                }
+            }
+            let from_certificate = identity.is_some();
             let headers = req.headers().clone();
             match authorize(&state, identity, &headers, &attrs).instrument(tracing::info_span!("authorize")).await {
                 Ok(c) => Some(c),
-                Err(e) => {
-                    let resp = error_response(&e);
-                    tracing::Span::current().record("code", resp.status().as_u16());
+                Err(denied) => {
+                    let resp = error_response(&denied.error);
+                    let code = resp.status().as_u16();
+                    if let (401, false, Some(ip)) = (code, from_certificate, source) {
+                        state.auth_failures.failed(ip, now);
+                    }
+                    tracing::Span::current().record("code", code);
+                    audit_denial(&state, &request, denied.user.as_ref(), code);
                     return resp;
                 }
             }
@@ -383,30 +410,7 @@ async fn handle(state: Arc<ApiState>, identity: Option<Identity>, peer: String, 
         }
         if let (Some(log), Some(c)) = (&state.audit, &caller) {
             if matches!(method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE) {
-                let (verb, resource, namespace, name) = match &attrs {
-                    keelson_rbac::Attributes::Resource(a) => (
-                        a.verb.clone(),
-                        match &a.subresource { Some(s) => format!("{}/{s}", a.resource), None => a.resource.clone() },
-                        a.namespace.clone().unwrap_or_default(),
-                        a.name.clone().unwrap_or_default(),
-                    ),
-                    keelson_rbac::Attributes::NonResource(a) => (a.verb.clone(), String::new(), String::new(), String::new()),
-                };
-                log.record(&AuditEntry {
-                    time: crate::registry::now_rfc3339(),
-                    user: c.impersonator.clone().unwrap_or_else(|| c.user.name.clone()),
-                    groups: c.user.groups.clone(),
-                    impersonated_user: c.impersonator.as_ref().map(|_| c.user.name.clone()),
-                    verb,
-                    request_uri: uri,
-                    resource,
-                    namespace,
-                    name,
-                    code: resp.status().as_u16(),
-                    source: peer,
-                    user_agent: ua,
-                    command,
-                });
+                log.record(&request.entry(Some(c), resp.status().as_u16()));
             }
         }
         resp
@@ -415,14 +419,77 @@ async fn handle(state: Arc<ApiState>, identity: Option<Identity>, peer: String, 
     .await
 }
 
+/// A request refused by authentication or authorization, and who made it when known.
+struct Denied {
+    error: ApiError,
+    /// The authenticated user (`None` when authentication failed).
+    user: Option<keelson_rbac::UserInfo>,
+}
+
 /// Authentication, impersonation and RBAC: the caller, or 401/403.
-async fn authorize(state: &ApiState, identity: Option<Identity>, headers: &http::HeaderMap, attrs: &keelson_rbac::Attributes) -> Result<Caller, ApiError> {
-    let authenticated = authenticate(state, identity, headers).await?;
-    let (user, impersonator) = review::impersonate(state, authenticated, headers).await?;
-    match state.authz.authorize(&user, attrs).await? {
+async fn authorize(state: &ApiState, identity: Option<Identity>, headers: &http::HeaderMap, attrs: &keelson_rbac::Attributes) -> Result<Caller, Denied> {
+    let authenticated = authenticate(state, identity, headers).await.map_err(|error| Denied { error, user: None })?;
+    let who = authenticated.clone();
+    let denied = |error| Denied { error, user: Some(who.clone()) };
+    let (user, impersonator) = review::impersonate(state, authenticated, headers).await.map_err(denied)?;
+    match state.authz.authorize(&user, attrs).await.map_err(denied)? {
         keelson_rbac::Decision::Allow { .. } => Ok(Caller { user, impersonator }),
-        keelson_rbac::Decision::Deny { .. } => Err(ApiError::Forbidden(keelson_rbac::forbidden_message(&user, attrs))),
+        keelson_rbac::Decision::Deny { .. } => Err(denied(ApiError::Forbidden(keelson_rbac::forbidden_message(&user, attrs)))),
     }
+}
+
+/// What the audit log says of a request, whatever its answer.
+struct AuditedRequest<'a> {
+    attrs: &'a keelson_rbac::Attributes,
+    uri: &'a str,
+    peer: &'a str,
+    user_agent: &'a str,
+    command: &'a str,
+}
+
+impl AuditedRequest<'_> {
+    fn entry(&self, caller: Option<&Caller>, code: u16) -> AuditEntry {
+        let (verb, resource, namespace, name) = match self.attrs {
+            keelson_rbac::Attributes::Resource(a) => (
+                a.verb.clone(),
+                match &a.subresource { Some(s) => format!("{}/{s}", a.resource), None => a.resource.clone() },
+                a.namespace.clone().unwrap_or_default(),
+                a.name.clone().unwrap_or_default(),
+            ),
+            keelson_rbac::Attributes::NonResource(a) => (a.verb.clone(), String::new(), String::new(), String::new()),
+        };
+        let (user, groups, impersonated_user) = match caller {
+            Some(c) => (c.impersonator.clone().unwrap_or_else(|| c.user.name.clone()), c.user.groups.clone(), c.impersonator.as_ref().map(|_| c.user.name.clone())),
+            None => (ANONYMOUS.to_string(), Vec::new(), None),
+        };
+        AuditEntry {
+            time: crate::registry::now_rfc3339(),
+            user,
+            groups,
+            impersonated_user,
+            verb,
+            request_uri: self.uri.to_string(),
+            resource,
+            namespace,
+            name,
+            code,
+            source: self.peer.to_string(),
+            user_agent: self.user_agent.to_string(),
+            command: self.command.to_string(),
+        }
+    }
+}
+
+/// The name an audit entry gives a request whose caller is not known (as Kubernetes).
+const ANONYMOUS: &str = "system:anonymous";
+
+/// Audits a refused request (401, 403, or 429 for a locked-out source), of any verb:
+/// denials are what an operator looks for after an attack. `user`: who authenticated,
+/// when someone did.
+fn audit_denial(state: &ApiState, request: &AuditedRequest<'_>, user: Option<&keelson_rbac::UserInfo>, code: u16) {
+    let Some(log) = &state.audit else { return };
+    let caller = user.map(|u| Caller { user: u.clone(), impersonator: None });
+    log.record(&request.entry(caller.as_ref(), code));
 }
 
 async fn dispatch(state: &Arc<ApiState>, r: Route, caller: Option<&Caller>, req: Request) -> Result<Response, ApiError> {
