@@ -239,6 +239,16 @@ async fn metrics_report_raft_storage_and_requests() {
     assert!(sample(&m, "keelson_store_writes_total") >= 10.0);
     assert!(sample(&m, "keelson_rocksdb_estimated_keys{cf=\"raft_log\"}") >= 1.0);
     assert!(m.contains("keelson_rocksdb_memtable_bytes{cf=\"state\"}"), "{m}");
+    // Raft: the leader's own proposals, their latency, the leader it saw come.
+    assert!(sample(&m, "keelson_raft_proposals_committed_total") >= 10.0, "{m}");
+    assert!(sample(&m, "keelson_raft_proposal_duration_seconds_count") >= 10.0, "{m}");
+    assert_eq!(sample(&m, "keelson_raft_proposals_failed_total"), 0.0);
+    assert!(sample(&m, "keelson_raft_leader_changes_seen_total") >= 1.0, "{m}");
+    assert!(m.contains("\nkeelson_raft_snapshot_bytes "), "{m}");
+    // A follower appends nothing of its own: its writes are the leader's proposals.
+    let follower = (0..3).find(|&i| i != leader).expect("a follower");
+    let f = scrape(cluster.running(follower).expect("running").metrics_addr.expect("metrics enabled")).await;
+    assert_eq!(sample(&f, "keelson_raft_proposals_committed_total"), 0.0, "{f}");
     cluster.shutdown().await;
 }
 

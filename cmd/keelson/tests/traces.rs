@@ -5,7 +5,8 @@
 //! parent in the trace: the API request and its authorization, the store call and the
 //! replica's run of it, the Raft proposal and its apply on all three replicas, the pod's
 //! ADDED event delivered to a watcher, the scheduler's cycle and its binding request, and
-//! the agent's start-up sync with its sandbox and container starts. Runs on any machine (no root, no containers).
+//! the agent's start-up sync with its sandbox and container starts and its first readiness
+//! probe. Runs on any machine (no root, no containers).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -137,6 +138,9 @@ spec:
   - name: app
     image: keelson.local/busybox:stable
     command: ["sleep", "3600"]
+    readinessProbe:
+      exec:
+        command: ["true"]
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -212,6 +216,8 @@ async fn one_trace_covers_kubectl_apply_from_the_api_request_to_the_agent_starti
         ("keelson-agent", "pod-sync", vec![("pod", "default/traced")]),
         ("keelson-agent", "RunPodSandbox", vec![("runtime", "simulated")]),
         ("keelson-agent", "StartContainer", vec![("runtime", "simulated")]),
+        ("keelson-agent", "probe", vec![("container", "app"), ("probe", "readiness"), ("handler", "exec"), ("result", "success")]),
+        ("keelson-agent", "ExecSync", vec![("runtime", "simulated")]),
     ];
     let has = |spans: &[Received], (service, name, want): &(&str, &str, Vec<(&str, &str)>)| {
         spans.iter().any(|s| s.service == *service && s.name == *name && want.iter().all(|(k, v)| s.attributes.get(*k).map(String::as_str) == Some(*v)))

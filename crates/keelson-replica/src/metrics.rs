@@ -47,7 +47,7 @@ const ENGINE_GAUGES: [(&str, &str, Pick<EngineSize, u64>); 3] = [
 // Help texts without their final full stop: the encoder adds one.
 
 /// Counters, named without the `_total` the encoder appends to their samples.
-const COUNTERS: [(&str, &str, Pick<ReplicaStats, crate::stats::Counter>); 8] = [
+const COUNTERS: [(&str, &str, Pick<ReplicaStats, crate::stats::Counter>); 11] = [
     ("keelson_store_reads", "Range reads served", |s| s.reads.clone()),
     ("keelson_store_writes", "Writes committed through this replica", |s| s.writes.clone()),
     ("keelson_store_forwarded", "Writes forwarded to the leader", |s| s.forwarded.clone()),
@@ -56,16 +56,23 @@ const COUNTERS: [(&str, &str, Pick<ReplicaStats, crate::stats::Counter>); 8] = [
     ("keelson_watch_events_sent", "Watch events sent", |s| s.watch_events_sent.clone()),
     ("keelson_watches_canceled_slow", "Watches canceled for being too slow", |s| s.watches_canceled_slow.clone()),
     ("keelson_compactions", "Compactions proposed by this replica", |s| s.compactions.clone()),
+    ("keelson_raft_proposals_committed", "Entries this replica appended as leader that were committed and applied", |s| s.proposals_committed.clone()),
+    ("keelson_raft_proposals_failed", "Entries this replica tried to append as leader that failed", |s| s.proposals_failed.clone()),
+    ("keelson_raft_leader_changes_seen", "Leader changes this replica saw", |s| s.leader_changes.clone()),
 ];
 
 /// Renders this replica's metrics in the Prometheus text format (without the
 /// OpenMetrics `# EOF` line, so other components' metrics can follow on the page).
 pub fn render(replica: &Replica) -> String {
-    encode(&replica.status(), &replica.state().store.backend().engine_sizes(), replica.stats())
+    encode(&replica.status(), &replica.state().store.backend().engine_sizes(), replica.stats(), replica.snapshot_bytes())
 }
 
-fn encode(status: &MemberStatus, sizes: &[EngineSize], stats: &ReplicaStats) -> String {
+fn encode(status: &MemberStatus, sizes: &[EngineSize], stats: &ReplicaStats, snapshot_bytes: u64) -> String {
     let mut registry = Registry::default();
+    let snapshot = Gauge::<i64>::default();
+    snapshot.set(snapshot_bytes as i64);
+    registry.register("keelson_raft_snapshot_bytes", "Size of this replica's current snapshot file", snapshot);
+    registry.register("keelson_raft_proposal_duration_seconds", "Time from appending an entry as leader to its apply here", stats.proposal_duration.clone());
     for (name, help, pick) in STATUS_GAUGES {
         let gauge = Gauge::<i64>::default();
         gauge.set(pick(status));
@@ -134,12 +141,18 @@ mod tests {
         };
         let stats = ReplicaStats::default();
         stats.writes.inc_by(7);
-        let text = encode(&status, &[("state", 10, 20, 30), ("raft_log", 1, 2, 3)], &stats);
+        stats.proposals_committed.inc();
+        stats.proposal_duration.observe(0.003);
+        let text = encode(&status, &[("state", 10, 20, 30), ("raft_log", 1, 2, 3)], &stats, 4096);
         for line in [
             "# TYPE keelson_raft_is_leader gauge\nkeelson_raft_is_leader 1\n",
             "\nkeelson_raft_term 3\n",
             "\nkeelson_store_revision 42\n",
             "\nkeelson_raft_cluster_log_format 2\n",
+            "\nkeelson_raft_snapshot_bytes 4096\n",
+            "\nkeelson_raft_proposals_committed_total 1\n",
+            "\nkeelson_raft_proposal_duration_seconds_count 1\n",
+            "\nkeelson_raft_leader_changes_seen_total 0\n",
             "keelson_rocksdb_memtable_bytes{cf=\"state\"} 20\n",
             "keelson_rocksdb_estimated_keys{cf=\"raft_log\"} 3\n",
             "# HELP keelson_store_writes Writes committed through this replica.\n# TYPE keelson_store_writes counter\nkeelson_store_writes_total 7\n",

@@ -53,6 +53,8 @@ pub(crate) struct ReplicaInner {
     pub stats: ReplicaStats,
     /// The newest log entry format every member decodes (see [`crate::log_format`]).
     pub log_format: crate::log_format::LogFormatGate,
+    /// Where the state machine keeps its snapshots (the newest `*.snap` is the current one).
+    pub snapshot_dir: std::path::PathBuf,
 }
 
 /// Cached gRPC channels to other replicas, by address, dialed as the replica's
@@ -98,6 +100,16 @@ impl Replica {
 
     pub fn state(&self) -> &StateHandle<RocksBackend> {
         &self.inner.state
+    }
+
+    /// The size of the current snapshot file, in bytes (0 when there is none).
+    pub fn snapshot_bytes(&self) -> u64 {
+        let Ok(dir) = std::fs::read_dir(&self.inner.snapshot_dir) else { return 0 };
+        dir.flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "snap"))
+            .max_by_key(|e| e.path())
+            .and_then(|e| e.metadata().ok())
+            .map_or(0, |m| m.len())
     }
 
     /// Request and watch counters (also exported as metrics).
@@ -263,12 +275,16 @@ impl Replica {
             Some(p) => LogCommand::in_trace(Command::Txn(t), Some(p), format),
             None => LogCommand::proposed(Command::Txn(t), format),
         });
+        let appended = std::time::Instant::now();
         let mut stream = match self.inner.raft.client_write_many(cmds).await {
             Ok(s) => s,
             Err(e) => return (0..n).map(|_| Err(StoreError::Unavailable(e.to_string()))).collect(),
         };
         let mut out = Vec::with_capacity(n);
         while let Some(item) = stream.next().await {
+            let ok = matches!(&item, Ok(Ok(_)));
+            let not_leader = matches!(&item, Ok(Err(W::ForwardToLeader(_))));
+            self.count_proposal(ok, not_leader, appended);
             out.push(match item {
                 Err(fatal) => Err(StoreError::Unavailable(fatal.to_string())),
                 Ok(Err(W::ForwardToLeader(f))) => Err(StoreError::NotLeader { leader: f.leader_id }),
@@ -304,6 +320,22 @@ impl Replica {
         }
     }
 
+    /// Counts one append in the proposal metrics: committed (`ok`) or failed, unless it
+    /// was refused for this replica not being the leader (nothing was appended here).
+    fn count_proposal(&self, ok: bool, not_leader: bool, appended: std::time::Instant) {
+        let st = &self.inner.stats;
+        match (ok, not_leader) {
+            (true, _) => {
+                st.proposals_committed.inc();
+                st.proposal_duration.observe(appended.elapsed().as_secs_f64());
+            }
+            (false, true) => {}
+            (false, false) => {
+                st.proposals_failed.inc();
+            }
+        }
+    }
+
     async fn propose(&self, cmd: Command, forwarded: bool) -> Result<(Revision, CommandResponse), StoreError> {
         let deadline = Instant::now() + LEADER_WAIT;
         loop {
@@ -314,7 +346,10 @@ impl Replica {
                 None => tracing::Span::none(),
             };
             let entry = span.in_scope(|| LogCommand::proposed(cmd.clone(), self.inner.log_format.cluster()));
+            let appended = std::time::Instant::now();
             let written = tracing::Instrument::instrument(self.inner.raft.client_write(entry), span.clone()).await;
+            let not_leader = matches!(&written, Err(e) if matches!(e.api_error(), Some(openraft::errors::ClientWriteError::ForwardToLeader(_))));
+            self.count_proposal(written.is_ok(), not_leader, appended);
             match written {
                 Ok(resp) => {
                     span.record("term", resp.log_id.leader_id.term).record("index", resp.log_id.index);

@@ -145,6 +145,7 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
             peers: PeerChannels::new(dialer),
             stats: ReplicaStats::default(),
             log_format: Default::default(),
+            snapshot_dir: cfg.data_dir.join("snapshots"),
         }),
     };
 
@@ -187,6 +188,7 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
     tasks.push(tokio::spawn(crate::forward::run(replica.clone(), forward_rx, shutdown.clone())));
     tasks.push(tokio::spawn(crate::compactor::run(replica.clone(), cfg.compaction.clone(), shutdown.clone())));
     tasks.push(tokio::spawn(crate::log_format::run(replica.clone(), shutdown.clone())));
+    tasks.push(tokio::spawn(crate::stats::count_leader_changes(replica.clone(), shutdown.clone())));
 
     let mut metrics_addr = None;
     if let Some(m) = cfg.metrics_addr {

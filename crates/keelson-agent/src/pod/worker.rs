@@ -623,7 +623,12 @@ async fn run_probes(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, observ
             if !due {
                 continue;
             }
-            let outcome = probe::run(ctx.runtime.as_ref(), c, &info.id, &pod_ip, probe, timeout).await;
+            // A span per probe run: inside the sync's span, so a start-up sync's first
+            // probes are part of the pod's creation trace.
+            let handler = if probe.exec.is_some() { "exec" } else if probe.tcp_socket.is_some() { "tcpSocket" } else if probe.http_get.is_some() { "httpGet" } else { "grpc" };
+            let span = tracing::info_span!("probe", container = %c.name, probe = key, handler, result = tracing::field::Empty);
+            let outcome = tracing::Instrument::instrument(probe::run(ctx.runtime.as_ref(), c, &info.id, &pod_ip, probe, timeout), span.clone()).await;
+            span.record("result", if outcome.is_ok() { "success" } else { "failure" });
             let t = &mut state.probes.get_mut(&slot).expect("inserted above").1;
             t.record(outcome.is_ok(), now_ns());
             if let Err(msg) = outcome {
