@@ -78,6 +78,21 @@ pub async fn adopt(api: &Api<Pod>, pod: &Pod, owner: &OwnerReference, finalizer:
     write(api, pod, patch).await
 }
 
+/// Whether the controller `owner` may adopt orphans, judged on a live read (as
+/// Kubernetes' `RecheckDeletionTimestamp`): the cache may not show yet that it is being
+/// deleted, and an owner being deleted with `orphan` must not take back what the garbage
+/// collector just released.
+pub async fn may_adopt<K>(owners: &Api<K>, owner: &OwnerReference) -> Result<bool, SyncError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match owners.get(&owner.name).await {
+        Ok(o) => Ok(o.meta().uid.as_deref() == Some(owner.uid.as_str()) && o.meta().deletion_timestamp.is_none()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(SyncError::from_kube(e)),
+    }
+}
+
 /// Releases `pod` from the owner of uid `owner_uid` (and drops `finalizer`, if any).
 pub async fn release(api: &Api<Pod>, pod: &Pod, owner_uid: &str, finalizer: Option<&str>) -> Result<(), SyncError> {
     let refs: Vec<&OwnerReference> = pod.metadata.owner_references.iter().flatten().filter(|o| o.uid != owner_uid).collect();

@@ -15,11 +15,11 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use keelson_component::Leadership;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use serde_json::json;
 
 use crate::informers::{Ctx, SyncError};
-use reconcile::{collect_owned_by, GcAction, ObjectKey, OWNER_KINDS};
+use reconcile::{collect_owned_by, still_orphaned, GcAction, ObjectKey, OWNER_KINDS};
 
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
@@ -83,7 +83,7 @@ pub(crate) async fn sweep(term: &Leadership, kinds: &Kinds, objects: &[(&str, &O
     for action in collect_owned_by(objects, owner_kinds) {
         let span = tracing::info_span!("reconcile", controller = "garbagecollector", action = ?action, trace_id = tracing::field::Empty);
         keelson_tracecontext::continue_trace(&span, None);
-        match tracing::Instrument::instrument(execute(&term.client, kinds, &action), span).await {
+        match tracing::Instrument::instrument(execute(&term.client, kinds, owner_kinds, &action), span).await {
             Ok(()) => {}
             Err(SyncError::Fenced) => {
                 term.step_down();
@@ -99,10 +99,17 @@ fn not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
-async fn execute(client: &kube::Client, kinds: &Kinds, action: &GcAction) -> Result<(), SyncError> {
+async fn execute(client: &kube::Client, kinds: &Kinds, owner_kinds: &[&str], action: &GcAction) -> Result<(), SyncError> {
     match action {
         GcAction::DeleteOrphaned { object, owners } => {
-            // The snapshot may lag: an owner counts as gone only if a live read says so.
+            // The snapshot may lag both ways: the dependent is judged again as stored now
+            // (an orphaning owner may just have released it), an owner counts as gone only
+            // if a live read says so, and the delete holds only for the copy judged.
+            let Some(a) = kinds.api(client, object) else { return Ok(()) };
+            let Some(dependent) = live(&a, &object.name).await? else { return Ok(()) };
+            if !still_orphaned(&dependent.metadata, owners, owner_kinds) {
+                return Ok(());
+            }
             for (owner, uid) in owners {
                 let Some(owners_api) = kinds.api(client, owner) else { return Ok(()) };
                 match owners_api.get(&owner.name).await {
@@ -112,7 +119,12 @@ async fn execute(client: &kube::Client, kinds: &Kinds, action: &GcAction) -> Res
                     Err(e) => return Err(SyncError::from_kube(e)),
                 }
             }
-            delete(client, kinds, object, DeleteParams::background()).await
+            let judged = Preconditions { uid: dependent.metadata.uid.clone(), resource_version: dependent.metadata.resource_version.clone() };
+            match delete(client, kinds, object, DeleteParams { preconditions: Some(judged), ..DeleteParams::background() }).await {
+                // Changed since it was judged: the next sweep judges it again.
+                Err(SyncError::Api(kube::Error::Api(s))) if s.code == 409 => Ok(()),
+                other => other,
+            }
         }
         GcAction::DeleteForeground { object } => delete(client, kinds, object, DeleteParams::foreground()).await,
         GcAction::DropOwners { object, uids } => {

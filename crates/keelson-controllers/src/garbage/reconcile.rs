@@ -111,6 +111,16 @@ pub fn collect_owned_by(objects: &[(&str, &ObjectMeta)], owner_kinds: &[&str]) -
     actions
 }
 
+/// Whether `live`, the dependent as stored now, is still to be deleted for
+/// `DeleteOrphaned { owners, .. }`: not being deleted already, and every reference it
+/// holds to an owner of `owner_kinds` is one of `owners` (confirmed gone). A snapshot
+/// can lag the dependent's own writes (its references just dropped by an orphaning
+/// owner, or a new owner adopted it), so the decision is checked again on the live copy.
+pub fn still_orphaned(live: &ObjectMeta, owners: &[(ObjectKey, String)], owner_kinds: &[&str]) -> bool {
+    let refs: Vec<_> = live.owner_references.iter().flatten().filter(|o| owner_kinds.contains(&o.kind.as_str())).collect();
+    live.deletion_timestamp.is_none() && !refs.is_empty() && refs.iter().all(|r| owners.iter().any(|(_, uid)| *uid == r.uid))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,6 +143,23 @@ mod tests {
         let GcAction::DeleteOrphaned { object, owners } = &actions[0] else { panic!() };
         assert_eq!((object.kind.as_str(), object.name.as_str()), ("ReplicaSet", "web-1"));
         assert_eq!(owners[0].1, "gone-uid");
+    }
+
+    #[test]
+    fn a_dependent_released_or_adopted_since_the_snapshot_is_not_deleted() {
+        let rs = owned("web-1", "Deployment", "web", "gone-uid");
+        let GcAction::DeleteOrphaned { owners, .. } = collect(&[("ReplicaSet", &rs)]).remove(0) else { panic!() };
+        assert!(still_orphaned(&rs, &owners, &OWNER_KINDS));
+        // Released by an orphaning owner after the snapshot was taken: it stays.
+        let released = meta(json!({"name": "web-1", "namespace": "d", "uid": "web-1-uid"}));
+        assert!(!still_orphaned(&released, &owners, &OWNER_KINDS));
+        // Adopted by another owner meanwhile: it stays.
+        let adopted = owned("web-1", "Deployment", "web", "new-uid");
+        assert!(!still_orphaned(&adopted, &owners, &OWNER_KINDS));
+        // Already being deleted: nothing to do.
+        let mut going = rs.clone();
+        going.deletion_timestamp = meta(json!({"deletionTimestamp": "2026-01-01T00:00:00Z"})).deletion_timestamp;
+        assert!(!still_orphaned(&going, &owners, &OWNER_KINDS));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::informers::SyncError;
-use crate::pod_creation::{adopt, create_in_batches, release, Creator};
+use crate::pod_creation::{adopt, create_in_batches, may_adopt, release, Creator};
 use crate::pods::controller_of;
 use crate::workloads::WorkloadCtx;
 use reconcile::{Plan, TRACKING_FINALIZER};
@@ -75,9 +75,11 @@ async fn execute(ctx: &WorkloadCtx, exp_key: &str, job: &Job, plan: &Plan, pod_a
     let ns = job.metadata.namespace.as_deref().unwrap_or("default");
     // Claims first, as Kubernetes' ControllerRefManager: adopted pods get the finalizer.
     let owner = crate::pods::controller_ref("batch/v1", "Job", &job.metadata);
-    for pod in &plan.adopt {
-        if let Some(current) = ctx.pods.get(&ObjectRef::new(pod).within(ns)) {
-            adopt(pod_api, &current, &owner, Some(TRACKING_FINALIZER)).await?;
+    if !plan.adopt.is_empty() && may_adopt(jobs, &owner).await? {
+        for pod in &plan.adopt {
+            if let Some(current) = ctx.pods.get(&ObjectRef::new(pod).within(ns)) {
+                adopt(pod_api, &current, &owner, Some(TRACKING_FINALIZER)).await?;
+            }
         }
     }
     for pod in &plan.release {

@@ -16,7 +16,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::informers::{Ctx, SyncError};
-use crate::pod_creation::{adopt, create_in_batches, release, Creator};
+use crate::pod_creation::{adopt, create_in_batches, may_adopt, release, Creator};
 use crate::pods::controller_ref;
 use crate::work::WorkReceiver;
 
@@ -61,9 +61,11 @@ async fn sync(ctx: Arc<Ctx>, key: String) -> Result<Option<Duration>, SyncError>
     let actions = reconcile::reconcile(&rs, &pods, jiff::Timestamp::now());
     let api: Api<Pod> = Api::namespaced(ctx.term.client.clone(), ns);
     let owner = controller_ref("apps/v1", "ReplicaSet", &rs.metadata);
-    for pod in &actions.adopt {
-        if let Some(current) = in_store(pod) {
-            adopt(&api, &current, &owner, None).await?;
+    if !actions.adopt.is_empty() && may_adopt(&Api::<ReplicaSet>::namespaced(ctx.term.client.clone(), ns), &owner).await? {
+        for pod in &actions.adopt {
+            if let Some(current) = in_store(pod) {
+                adopt(&api, &current, &owner, None).await?;
+            }
         }
     }
     for pod in &actions.release {
