@@ -252,6 +252,16 @@ async fn one_trace_covers_kubectl_apply_from_the_api_request_to_the_agent_starti
     assert_eq!((create.name.as_str(), create.attributes.get("resource").map(String::as_str)), ("create", Some("pods")), "the annotation is the pod create's span");
     let schedule = spans.iter().find(|s| s.name == "schedule").unwrap();
     assert_eq!(schedule.parent, create.span_id);
+    // The cycle's extension points and plugins are timed on its span.
+    for point in ["pre_filter_us", "filter_us"] {
+        let took = schedule.attributes.get(point).unwrap_or_else(|| panic!("schedule span lacks {point}: {:?}", schedule.attributes));
+        took.parse::<u64>().unwrap_or_else(|e| panic!("{point}={took:?}: {e}"));
+    }
+    let plugins = schedule.attributes.get("plugins_us").unwrap_or_else(|| panic!("schedule span lacks plugins_us: {:?}", schedule.attributes));
+    assert!(
+        plugins.split(',').any(|p| p.starts_with("PreFilter/") && p.split_once('=').is_some_and(|(_, us)| us.parse::<u64>().is_ok())),
+        "plugins_us names PreFilter plugins with their times: {plugins}"
+    );
     let sync = spans.iter().find(|s| s.name == "pod-sync" && s.service == "keelson-agent").unwrap();
     assert_eq!(sync.parent, create.span_id);
     assert_eq!(sync.instance, "sim-1");
