@@ -89,6 +89,16 @@ pub struct ServerArgs {
     /// Default: DATA_DIR/pki.
     #[arg(long)]
     pki_dir: Option<PathBuf>,
+    /// Take a backup of this server's store this often (`12h`, `30m`; `0` turns
+    /// scheduled backups off), into --backup-dir.
+    #[arg(long, default_value = "12h", value_parser = crate::components::parse_duration)]
+    backup_every: Duration,
+    /// Where scheduled backups go (default DATA_DIR/backups), named SERVER-UNIXTIME.backup.
+    #[arg(long)]
+    backup_dir: Option<PathBuf>,
+    /// Scheduled backups kept; older ones are removed.
+    #[arg(long, default_value_t = 5)]
+    backup_retention: usize,
     /// Extra names (DNS or IP) for the API serving certificate.
     #[arg(long = "tls-san")]
     tls_sans: Vec<String>,
@@ -238,6 +248,11 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     };
     let api_address = api_address(&args);
     let mut cfg = ReplicaConfig::new(args.name, args.data_dir, args.listen, bootstrap).with_tls(peer_identity.clone());
+    cfg.backups = (!args.backup_every.is_zero()).then(|| keelson_replica::backup::BackupSchedule {
+        dir: args.backup_dir.clone().unwrap_or_else(|| cfg.data_dir.join("backups")),
+        every: args.backup_every,
+        keep: args.backup_retention.max(1),
+    });
     cfg.advertise_addr = args.advertise;
     cfg.metrics_addr = args.metrics_addr;
     cfg.log_retention = keelson_raft::LogRetention { snapshot_every: args.snapshot_every.max(1), keep_behind_snapshot: args.keep_logs };

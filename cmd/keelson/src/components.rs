@@ -72,12 +72,13 @@ impl ComponentArgs {
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (num, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map(|i| s.split_at(i)).unwrap_or((s, "s"));
-    let v: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}: expected e.g. 15s, 500ms, 2m"))?;
+    let v: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}: expected e.g. 15s, 500ms, 2m, 12h"))?;
     let secs = match unit {
         "ms" => v / 1000.0,
         "s" => v,
         "m" => v * 60.0,
-        _ => return Err(format!("invalid duration {s:?}: units are ms, s and m")),
+        "h" => v * 3600.0,
+        _ => return Err(format!("invalid duration {s:?}: units are ms, s, m and h")),
     };
     Ok(Duration::from_secs_f64(secs))
 }
@@ -166,8 +167,8 @@ mod tests {
         assert_eq!(parse_duration("15s").unwrap(), Duration::from_secs(15));
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
-        assert!(parse_duration("3h").is_err());
+        assert_eq!(parse_duration("12h").unwrap(), Duration::from_secs(12 * 3600));
+        assert!(parse_duration("3d").is_err());
         assert!(parse_duration("fast").is_err());
     }
 }

@@ -2,6 +2,7 @@
 
 mod cli_admin;
 mod cli_agent;
+mod cli_backup;
 mod cli_cluster;
 mod cli_hollow;
 mod cli_server;
@@ -41,6 +42,10 @@ enum Cmd {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// Save a consistent backup of the store from a running cluster.
+    Backup(cli_backup::BackupArgs),
+    /// Build a new cluster's first server from a backup (new identity, same data).
+    Restore(cli_backup::RestoreArgs),
     /// Join tokens.
     #[command(subcommand)]
     Token(cli_admin::TokenCmd),
@@ -143,6 +148,8 @@ fn run(cli: Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         Cmd::Bench(BenchCmd::Proxy(args)) => rt.block_on(keelson_bench::run_proxy_bench(args)),
         Cmd::Bench(BenchCmd::Ingress(args)) => rt.block_on(keelson_bench::run_ingress_bench(args)),
         Cmd::Bench(BenchCmd::Logs(args)) => rt.block_on(keelson_bench::run_logs_bench(args)),
+        Cmd::Backup(args) => rt.block_on(cli_backup::backup(args)),
+        Cmd::Restore(args) => cli_backup::restore(args),
         Cmd::Token(cmd) => rt.block_on(cli_admin::token(cmd)),
         Cmd::Certs(CertsCmd::Check(args)) => cli_admin::certs_check(args),
         Cmd::HollowNodes(args) => rt.block_on(cli_hollow::run(args)),

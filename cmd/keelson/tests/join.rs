@@ -2,43 +2,12 @@
 //! expired token are refused; a valid one makes the server a member.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use keelson_client::StoreClient;
 
-fn free_port() -> u16 {
-    keelson_runner::free_loopback_port().expect("a free loopback port")
-}
-
-struct Server {
-    child: Child,
-    store: String,
-    api: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(dir: &Path, name: &str, args: &[&str]) -> Server {
-    let store = format!("127.0.0.1:{}", free_port());
-    let api = format!("127.0.0.1:{}", free_port());
-    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_keelson"))
-        .args(["server", "--name", name, "--listen", &store, "--api-listen", &api])
-        .arg("--data-dir")
-        .arg(dir.join(name))
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(log))
-        .spawn()
-        .unwrap();
-    Server { child, store, api }
-}
+mod cluster_support;
+use cluster_support::spawn_server as spawn;
 
 /// Runs a joining server that must fail; returns its log.
 fn join_refused(dir: &Path, name: &str, url: &str, token: &str) -> String {

@@ -6,7 +6,8 @@
 //! replica's run of it, the Raft proposal and its apply on all three replicas, the pod's
 //! ADDED event delivered to a watcher, the scheduler's cycle and its binding request, and
 //! the agent's start-up sync with its sandbox and container starts and its first readiness
-//! probe. Runs on any machine (no root, no containers).
+//! probe. A write and a linearizable read through a follower keep their trace across the
+//! forward to the leader. Runs on any machine (no root, no containers).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -293,6 +294,31 @@ async fn one_trace_covers_kubectl_apply_from_the_api_request_to_the_agent_starti
         if Instant::now() >= deadline {
             let names: Vec<String> = spans.iter().map(|s| format!("{}:{}/{}", s.instance, s.service, s.name)).collect();
             panic!("the write through follower {follower} (trace {trace_id}) has apply spans on {:?}, want all 3; it has:\n{}", appliers(&spans), names.join("\n"));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // A linearizable read on a follower waits for a read index, and the leader confirms
+    // it inside the read's trace: read-index (follower) → leader-read-index (leader).
+    follower_pods.get("forwarded").await.unwrap();
+    let read_through = |s: &Received| {
+        s.name == "request" && s.instance == follower && s.attributes.get("verb").map(String::as_str) == Some("get") && s.attributes.get("name").map(String::as_str) == Some("forwarded")
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let reads: BTreeSet<String> = collector.spans.lock().unwrap().iter().filter(|s| read_through(s)).map(|s| s.trace_id.clone()).collect();
+        let confirmed = reads.iter().any(|t| {
+            let spans = collector.trace(t);
+            let wait = spans.iter().find(|s| s.name == "read-index" && s.instance == follower);
+            let confirm = spans.iter().find(|s| s.name == "leader-read-index" && s.instance != follower);
+            matches!((wait, confirm), (Some(w), Some(c)) if c.parent == w.span_id && w.attributes.get("round").is_some_and(|r| r.parse::<u64>().is_ok()) && c.attributes.get("index").is_some_and(|i| i.parse::<u64>().is_ok()))
+        });
+        if confirmed {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let seen: Vec<String> = reads.iter().flat_map(|t| collector.trace(t)).map(|s| format!("{}:{}/{} {:?}", s.instance, s.service, s.name, s.attributes)).collect();
+            panic!("the read through follower {follower} has no read-index span answered by the leader's leader-read-index; its traces ({}) hold:\n{}", reads.len(), seen.join("\n"));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

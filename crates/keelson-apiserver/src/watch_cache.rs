@@ -55,6 +55,29 @@ pub struct Change {
     pub previous: Option<Value>,
     /// The watch line for watchers without selectors, serialized once.
     pub plain_line: OnceLock<bytes::Bytes>,
+    /// The sampled trace the object carries, read once for all watchers.
+    trace: OnceLock<Option<keelson_tracecontext::TraceParent>>,
+}
+
+impl Change {
+    pub fn new(key: Vec<u8>, revision: Revision, object: Option<Arc<Stored>>, previous: Option<Value>) -> Self {
+        Change { key, revision, object, previous, plain_line: OnceLock::new(), trace: OnceLock::new() }
+    }
+
+    /// The sampled trace of the object this change sends ([`keelson_tracecontext::POD_ANNOTATION`]:
+    /// the object after the change, or before it for a deletion), if it carries one.
+    pub fn trace(&self) -> Option<keelson_tracecontext::TraceParent> {
+        *self.trace.get_or_init(|| {
+            let obj = self.object.as_deref().map(|s| &s.obj).or(self.previous.as_ref())?;
+            sampled_trace(obj)
+        })
+    }
+}
+
+/// The sampled trace `obj` carries in [`keelson_tracecontext::POD_ANNOTATION`], if any.
+pub fn sampled_trace(obj: &Value) -> Option<keelson_tracecontext::TraceParent> {
+    let parent: keelson_tracecontext::TraceParent = obj.pointer("/metadata/annotations")?.get(keelson_tracecontext::POD_ANNOTATION)?.as_str()?.parse().ok()?;
+    parent.sampled.then_some(parent)
 }
 
 #[derive(Debug)]
@@ -381,7 +404,7 @@ impl WatchCache {
                                 }
                                 s.obj
                             });
-                            changes.push((Change { key: ev.kv.key, revision: ev.kv.mod_revision, object, previous, plain_line: OnceLock::new() }, approx_bytes));
+                            changes.push((Change::new(ev.kv.key, ev.kv.mod_revision, object, previous), approx_bytes));
                         }
                         // A response holds whole revisions; its header is the last it covers.
                         from = from.max(resp.header.revision + 1);
@@ -423,6 +446,19 @@ mod tests {
         assert_eq!(wait_step(9, 10, Duration::ZERO, BOUND), WaitStep::Wait);
         assert_eq!(wait_step(9, 10, BOUND - Duration::from_millis(1), BOUND), WaitStep::Wait);
         assert_eq!(wait_step(9, 10, BOUND, BOUND), WaitStep::GiveUp);
+    }
+
+    #[test]
+    fn a_change_reads_the_trace_of_what_it_sends() {
+        let traced = |flags: &str| serde_json::json!({"metadata": {"annotations": {keelson_tracecontext::POD_ANNOTATION: format!("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-{flags}")}}});
+        let created = Change::new(b"/k".to_vec(), 5, Some(Arc::new(Stored::new(traced("01"), 5))), None);
+        assert_eq!(created.trace().map(|t| t.span_id.to_string()), Some("00f067aa0ba902b7".to_string()));
+        // A deletion sends the object as it was.
+        let deleted = Change::new(b"/k".to_vec(), 6, None, Some(traced("01")));
+        assert!(deleted.trace().is_some());
+        // Not sampled, or not traced at all: no delivery span.
+        assert!(Change::new(b"/k".to_vec(), 7, Some(Arc::new(Stored::new(traced("00"), 7))), None).trace().is_none());
+        assert!(Change::new(b"/k".to_vec(), 8, Some(Arc::new(Stored::new(serde_json::json!({"metadata": {}}), 8))), None).trace().is_none());
     }
 
     #[test]

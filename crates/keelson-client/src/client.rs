@@ -296,6 +296,20 @@ impl StoreClient {
     pub async fn member_remove(&self, id: u64) -> Result<MemberListReply, ClientError> {
         self.call(&MemberRemoveCall { id }, async |ch, env| cluster(ch).member_remove(env).await).await
     }
+
+    /// A backup of the store from the current replica: the chunks of a snapshot file
+    /// covering every write acknowledged before the call, then one chunk with no data
+    /// whose `header` is the SHA-256 of all the data (see `keelson.v1.Cluster.Backup`).
+    pub async fn backup(&self) -> Result<impl Stream<Item = Result<keelson_proto::v1::SnapshotChunk, ClientError>>, ClientError> {
+        let ep = self.pick();
+        let endpoint = ep.addr.clone();
+        let env = Envelope { payload: postcard::to_stdvec(&()).map_err(|e| ClientError::Decode(e.to_string()))? };
+        let resp = cluster(ep.channel.clone())
+            .backup(env)
+            .await
+            .map_err(|status| ClientError::Transport { endpoint: endpoint.clone(), status })?;
+        Ok(resp.into_inner().map(move |item| item.map_err(|status| ClientError::Transport { endpoint: endpoint.clone(), status })))
+    }
 }
 
 fn grpc(ch: Channel) -> GrpcStoreClient<Channel> {

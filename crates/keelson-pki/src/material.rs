@@ -47,6 +47,14 @@ impl ClusterMaterial {
         Ok(Self::load(dir)?.expect("just created"))
     }
 
+    /// Puts an existing cluster's Secrets key into `dir` (a new PKI directory, for a
+    /// cluster restored from a backup), so that [`Self::load_or_create`] keeps it and
+    /// creates only a new CA and service-account key around it.
+    pub fn place_secrets_key(dir: &Path, key: &[u8]) -> Result<(), PkiError> {
+        std::fs::create_dir_all(dir).map_err(|source| PkiError::Io { path: dir.to_path_buf(), source })?;
+        write_file_bytes(&dir.join("secrets.key"), key, true)
+    }
+
     /// Saves material received when joining.
     pub fn save(dir: &Path, ca_cert_pem: &str, ca_key_pem: &str, secrets_key: &[u8], sa_key_pem: &str) -> Result<Self, PkiError> {
         std::fs::create_dir_all(dir).map_err(|source| PkiError::Io { path: dir.to_path_buf(), source })?;
@@ -73,6 +81,15 @@ impl ClusterMaterial {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_placed_secrets_key_is_kept_by_a_new_cluster() {
+        let dir = tempfile::tempdir().unwrap();
+        ClusterMaterial::place_secrets_key(&dir.path().join("pki"), &[7u8; 32]).unwrap();
+        let m = ClusterMaterial::load_or_create(&dir.path().join("pki"), "restored").unwrap();
+        assert_eq!(m.secrets_key, vec![7u8; 32]);
+        assert!(!m.service_account_key_pem.is_empty());
+    }
 
     #[test]
     fn created_once_then_loaded_and_copied_by_joiners() {

@@ -3,12 +3,14 @@
 //! - [`types`]: the openraft type configuration and versioned log payloads;
 //! - [`state_machine`]: applies entries to [`keelson_mvcc::MvccStore`], publishes changes
 //!   to local watchers, builds and installs streamed file snapshots;
+//! - [`backup_file`]: the self-checking backup file around a snapshot;
 //! - [`mem_log_store`]: a non-durable log store for tests (`keelson-rocks` has the real one);
 //! - [`network`] / [`transport_service`]: the replica-to-replica transport over gRPC.
 //!
 //! Architecture invariant: this crate does not depend on RocksDB; storage engines come in
 //! through [`keelson_mvcc::KvBackend`] and openraft's `RaftLogStorage`.
 
+pub mod backup_file;
 pub mod mem_log_store;
 pub mod network;
 pub mod snapshot_file;

@@ -48,9 +48,30 @@ pub struct StateHandle<B: KvBackend> {
     pub store: Arc<MvccStore<B>>,
     changes: broadcast::Sender<Arc<AppliedChange>>,
     applied: watch::Receiver<AppliedPosition>,
+    snapshot_dir: PathBuf,
 }
 
 impl<B: KvBackend> StateHandle<B> {
+    /// The directory the state machine keeps its snapshots in.
+    pub fn snapshot_dir(&self) -> &Path {
+        &self.snapshot_dir
+    }
+
+    /// Writes the state as it is applied now, from one consistent engine view, to a new
+    /// snapshot file at `path` (for a backup: the replica's own snapshots are untouched).
+    /// Blocking; returns the applied position the file holds.
+    pub fn export_snapshot(&self, path: &Path) -> Result<SnapshotMeta, io::Error> {
+        write_snapshot_file(&self.store, path)
+    }
+
+    /// The size of the current snapshot file in bytes (0 when there is none yet).
+    pub fn snapshot_bytes(&self) -> io::Result<u64> {
+        match newest_snapshot_path(&self.snapshot_dir)? {
+            Some(path) => Ok(std::fs::metadata(path)?.len()),
+            None => Ok(0),
+        }
+    }
+
     /// Subscribes to changes applied from now on. A subscriber that falls more than the
     /// channel capacity behind gets `Lagged` and must resume from the store's history.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<AppliedChange>> {
@@ -101,7 +122,7 @@ impl<B: KvBackend> KeelsonStateMachine<B> {
             revision: store.current_revision(),
         };
         let (applied, applied_rx) = watch::channel(position);
-        let handle = StateHandle { store: store.clone(), changes: changes.clone(), applied: applied_rx };
+        let handle = StateHandle { store: store.clone(), changes: changes.clone(), applied: applied_rx, snapshot_dir: snapshot_dir.to_path_buf() };
         let sm = Self {
             store,
             snapshot_dir: snapshot_dir.to_path_buf(),
@@ -267,18 +288,37 @@ impl<B: KvBackend> RaftSnapshotBuilder<KeelsonRaft> for KeelsonSnapshotBuilder<B
     }
 }
 
-fn build_snapshot_blocking<B: KvBackend>(store: &MvccStore<B>, dir: &Path) -> Result<Snapshot, io::Error> {
-    let tmp = dir.join(format!("building-{}.tmp", std::process::id()));
-    let mut writer = SnapshotWriter::create(&tmp)?;
+/// Writes the state, from one consistent engine view, to a new snapshot file at `path`.
+fn write_snapshot_file<B: KvBackend>(store: &MvccStore<B>, path: &Path) -> Result<SnapshotMeta, io::Error> {
+    let mut writer = SnapshotWriter::create(path)?;
     let applied = store.export(&mut |k: &[u8], v: &[u8]| writer.record(k, v)).map_err(io::Error::other)?;
     let (last_log_id, last_membership) = decode_applied(applied)?;
     let meta = SnapshotMeta { last_log_id, last_membership };
     writer.finish(&meta)?;
+    Ok(meta)
+}
+
+/// Fills the empty store of a new cluster's first replica from a snapshot file (a
+/// backup's): the data and revisions of the snapshot, but no Raft history — the applied
+/// position and membership are cleared, so the new cluster's log starts from nothing
+/// over this state. Blocking; returns the store's revision.
+pub fn restore_snapshot<B: KvBackend>(store: &MvccStore<B>, snapshot: &Path) -> Result<Revision, io::Error> {
+    let (_, mut reader) = SnapshotReader::open(snapshot)?;
+    store.import(&mut reader).map_err(io::Error::other)?;
+    let fresh = postcard::to_stdvec(&(None::<LogId>, StoredMembership::default())).map_err(io::Error::other)?;
+    store.set_applied(&fresh).map_err(io::Error::other)?;
+    store.backend().sync().map_err(io::Error::other)?;
+    Ok(store.current_revision())
+}
+
+fn build_snapshot_blocking<B: KvBackend>(store: &MvccStore<B>, dir: &Path) -> Result<Snapshot, io::Error> {
+    let tmp = dir.join(format!("building-{}.tmp", std::process::id()));
+    let meta = write_snapshot_file(store, &tmp)?;
     // The snapshot lets Raft purge the log it covers, so the state it covers must be
     // durable: sync after the view was read, so everything in it is flushed.
     store.backend().sync().map_err(io::Error::other)?;
     let path = keep_as_current(dir, &tmp, &meta)?;
-    tracing::info!(?last_log_id, path = %path.display(), "built snapshot");
+    tracing::info!(last_log_id = ?meta.last_log_id, path = %path.display(), "built snapshot");
     Ok(Snapshot { meta, snapshot: SnapshotFile { path } })
 }
 
@@ -318,7 +358,8 @@ fn current_snapshot(dir: &Path) -> Result<Option<Snapshot>, io::Error> {
     }
 }
 
-fn newest_snapshot(dir: &Path) -> Result<Option<Snapshot>, io::Error> {
+/// The newest `*.snap` file in `dir` (names sort by term, then index).
+fn newest_snapshot_path(dir: &Path) -> Result<Option<PathBuf>, io::Error> {
     let mut newest: Option<PathBuf> = None;
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
@@ -326,7 +367,11 @@ fn newest_snapshot(dir: &Path) -> Result<Option<Snapshot>, io::Error> {
             newest = Some(path);
         }
     }
-    let Some(path) = newest else { return Ok(None) };
+    Ok(newest)
+}
+
+fn newest_snapshot(dir: &Path) -> Result<Option<Snapshot>, io::Error> {
+    let Some(path) = newest_snapshot_path(dir)? else { return Ok(None) };
     let (meta, _) = SnapshotReader::open(&path)?;
     Ok(Some(Snapshot { meta, snapshot: SnapshotFile { path } }))
 }

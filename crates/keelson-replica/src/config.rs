@@ -83,6 +83,8 @@ pub struct ReplicaConfig {
     /// `keelson_pki::rotation` does): every later handshake, on either side, uses the new
     /// one.
     pub tls: Option<Arc<PeerIdentity>>,
+    /// Scheduled backups of this replica's store, if wanted.
+    pub backups: Option<crate::backup::BackupSchedule>,
 }
 
 impl ReplicaConfig {
@@ -100,6 +102,7 @@ impl ReplicaConfig {
             log_retention: keelson_raft::LogRetention::default(),
             slow_watcher_timeout: crate::watch::SLOW_WATCHER_TIMEOUT,
             tls: None,
+            backups: None,
         }
     }
 

@@ -8,7 +8,7 @@ use keelson_client::api::TxnReply;
 use keelson_mvcc::TxnRequest;
 use keelson_proto::v1::cluster_server::Cluster;
 use keelson_proto::v1::store_server::Store;
-use keelson_proto::v1::Envelope;
+use keelson_proto::v1::{Envelope, SnapshotChunk};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -88,9 +88,24 @@ impl Store for StoreService {
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 
-    async fn read_index(&self, _req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
-        let res = self.replica.leader_read_index().await.map(|index| ReadIndexReply { index, leader_id: self.replica.id() });
-        reply(res)
+    async fn read_index(&self, req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
+        // A follower's round asked inside a recorded trace names it; the confirmation
+        // joins that trace.
+        let parent = req.metadata().get(keelson_tracecontext::HEADER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<keelson_tracecontext::TraceParent>().ok());
+        let confirm = self.replica.leader_read_index();
+        let res = match parent {
+            Some(parent) => {
+                let span = tracing::info_span!("leader-read-index", leader = self.replica.id(), index = tracing::field::Empty, trace_id = tracing::field::Empty);
+                keelson_tracecontext::continue_trace(&span, Some(parent));
+                let res = tracing::Instrument::instrument(confirm, span.clone()).await;
+                if let Ok(index) = &res {
+                    span.record("index", index);
+                }
+                res
+            }
+            None => confirm.await,
+        };
+        reply(res.map(|index| ReadIndexReply { index, leader_id: self.replica.id() }))
     }
 }
 
@@ -119,5 +134,13 @@ impl Cluster for ClusterService {
         let forwarded = is_forwarded(&req);
         let call: MemberRemoveCall = decode(&req)?;
         reply(self.replica.member_remove(call.id, forwarded).await)
+    }
+
+    type BackupStream = Pin<Box<dyn Stream<Item = Result<SnapshotChunk, Status>> + Send + 'static>>;
+
+    async fn backup(&self, _req: Request<Envelope>) -> Result<Response<Self::BackupStream>, Status> {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(crate::backup::serve(self.replica.clone(), tx));
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 }

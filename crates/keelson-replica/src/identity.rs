@@ -10,7 +10,8 @@ pub struct MemberIdentity {
     pub name: String,
 }
 
-const FILE: &str = "member.json";
+/// The file in a data directory naming its replica (present once a replica started there).
+pub const FILE: &str = "member.json";
 
 /// Loads the identity from `data_dir`, or creates one with a random id.
 /// Returns the identity and whether it was just created.

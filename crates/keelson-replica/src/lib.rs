@@ -5,10 +5,13 @@
 //!   ([`ReplicaConfig::tls`]);
 //! - [`Replica`] holds the operations every replica serves: writes (forwarded to the
 //!   leader), linearizable or serializable reads, watches, compaction, membership;
+//! - [`backup`]: consistent backups streamed from a running replica, and the restore of
+//!   a new cluster's first replica from one;
 //! - background tasks: batched ReadIndex, the leader's compactor, the metrics endpoint.
 //!
 //! Architecture invariant: every long-running task takes the replica's shutdown token.
 
+pub mod backup;
 mod batch_stream;
 pub mod config;
 mod compactor;

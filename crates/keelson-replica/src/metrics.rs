@@ -47,7 +47,7 @@ const ENGINE_GAUGES: [(&str, &str, Pick<EngineSize, u64>); 3] = [
 // Help texts without their final full stop: the encoder adds one.
 
 /// Counters, named without the `_total` the encoder appends to their samples.
-const COUNTERS: [(&str, &str, Pick<ReplicaStats, crate::stats::Counter>); 11] = [
+const COUNTERS: [(&str, &str, Pick<ReplicaStats, crate::stats::Counter>); 13] = [
     ("keelson_store_reads", "Range reads served", |s| s.reads.clone()),
     ("keelson_store_writes", "Writes committed through this replica", |s| s.writes.clone()),
     ("keelson_store_forwarded", "Writes forwarded to the leader", |s| s.forwarded.clone()),
@@ -59,6 +59,8 @@ const COUNTERS: [(&str, &str, Pick<ReplicaStats, crate::stats::Counter>); 11] = 
     ("keelson_raft_proposals_committed", "Entries this replica appended as leader that were committed and applied", |s| s.proposals_committed.clone()),
     ("keelson_raft_proposals_failed", "Entries this replica tried to append as leader that failed", |s| s.proposals_failed.clone()),
     ("keelson_raft_leader_changes_seen", "Leader changes this replica saw", |s| s.leader_changes.clone()),
+    ("keelson_backups_saved", "Scheduled backups this server saved", |s| s.backups_saved.clone()),
+    ("keelson_backups_failed", "Scheduled backups this server failed to save", |s| s.backups_failed.clone()),
 ];
 
 /// Renders this replica's metrics in the Prometheus text format (without the

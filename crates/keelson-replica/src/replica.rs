@@ -53,8 +53,6 @@ pub(crate) struct ReplicaInner {
     pub stats: ReplicaStats,
     /// The newest log entry format every member decodes (see [`crate::log_format`]).
     pub log_format: crate::log_format::LogFormatGate,
-    /// Where the state machine keeps its snapshots (the newest `*.snap` is the current one).
-    pub snapshot_dir: std::path::PathBuf,
 }
 
 /// Cached gRPC channels to other replicas, by address, dialed as the replica's
@@ -102,14 +100,10 @@ impl Replica {
         &self.inner.state
     }
 
-    /// The size of the current snapshot file, in bytes (0 when there is none).
+    /// The size of the current snapshot file, in bytes (0 when there is none, or it
+    /// cannot be read just now).
     pub fn snapshot_bytes(&self) -> u64 {
-        let Ok(dir) = std::fs::read_dir(&self.inner.snapshot_dir) else { return 0 };
-        dir.flatten()
-            .filter(|e| e.path().extension().is_some_and(|x| x == "snap"))
-            .max_by_key(|e| e.path())
-            .and_then(|e| e.metadata().ok())
-            .map_or(0, |m| m.len())
+        self.inner.state.snapshot_bytes().unwrap_or(0)
     }
 
     /// Request and watch counters (also exported as metrics).
@@ -190,8 +184,9 @@ impl Replica {
         }
     }
 
-    /// Fetches a read index from wherever the leader is (used by the batcher).
-    pub(crate) async fn fetch_read_index(&self) -> Result<u64, StoreError> {
+    /// Fetches a read index from wherever the leader is (used by the batcher); a remote
+    /// leader is asked inside `trace`, when the round carries one.
+    pub(crate) async fn fetch_read_index(&self, trace: Option<keelson_tracecontext::TraceParent>) -> Result<u64, StoreError> {
         let deadline = Instant::now() + LEADER_WAIT;
         loop {
             let attempt = match self.remote_leader(deadline).await? {
@@ -204,8 +199,12 @@ impl Replica {
                     // leader is known, so that reads move on with the election instead of
                     // waiting out the deadline on a paused or cut-off old leader.
                     let mut store = GrpcStore::new(ch);
+                    let mut request = tonic::Request::new(env);
+                    if let Some(value) = trace.and_then(|t| t.to_string().parse::<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>().ok()) {
+                        request.metadata_mut().insert(keelson_tracecontext::HEADER, value);
+                    }
                     tokio::select! {
-                        r = tokio::time::timeout_at(deadline, store.read_index(env)) => match r {
+                        r = tokio::time::timeout_at(deadline, store.read_index(request)) => match r {
                             Ok(Ok(resp)) => wire_decode::<Result<ReadIndexReply, StoreError>>(resp.get_ref())?.map(|r| r.index),
                             Ok(Err(s)) => Err(StoreError::Unavailable(format!("leader {addr}: {}", s.message()))),
                             Err(_) => Err(StoreError::Unavailable(format!("leader {addr} did not answer a read index request in time"))),

@@ -24,6 +24,10 @@ use crate::read_index::{self, ReadIndexBatcher};
 use crate::replica::{PeerChannels, Replica, ReplicaInner};
 use crate::stats::ReplicaStats;
 
+/// The data directory's folder for the state machine's snapshots (and, under
+/// `incoming/`, snapshots being received from the leader).
+const SNAPSHOT_DIR: &str = "snapshots";
+
 /// Why a replica could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -115,7 +119,7 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
     let log_store = RocksLogStore::new(db.clone()).map_err(|e| StartError::Storage(e.to_string()))?;
     let store = MvccStore::open(RocksBackend::new(db, "state")).map_err(|e| StartError::Storage(e.to_string()))?;
     let (sm, state) =
-        KeelsonStateMachine::open(store, &cfg.data_dir.join("snapshots")).map_err(|e| StartError::Storage(e.to_string()))?;
+        KeelsonStateMachine::open(store, &cfg.data_dir.join(SNAPSHOT_DIR)).map_err(|e| StartError::Storage(e.to_string()))?;
 
     let listener = tokio::net::TcpListener::bind(cfg.listen_addr)
         .await
@@ -145,12 +149,11 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
             peers: PeerChannels::new(dialer),
             stats: ReplicaStats::default(),
             log_format: Default::default(),
-            snapshot_dir: cfg.data_dir.join("snapshots"),
         }),
     };
 
     let mut tasks = Vec::new();
-    let transport = RaftTransportService::new(raft.clone(), cfg.data_dir.join("snapshots").join("incoming"));
+    let transport = RaftTransportService::new(raft.clone(), replica.inner.state.snapshot_dir().join("incoming"));
     let grpc = server
         .add_service(
             RaftTransportServer::new(transport).max_decoding_message_size(256 << 20).max_encoding_message_size(256 << 20),
@@ -189,6 +192,9 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
     tasks.push(tokio::spawn(crate::compactor::run(replica.clone(), cfg.compaction.clone(), shutdown.clone())));
     tasks.push(tokio::spawn(crate::log_format::run(replica.clone(), shutdown.clone())));
     tasks.push(tokio::spawn(crate::stats::count_leader_changes(replica.clone(), shutdown.clone())));
+    if let Some(schedule) = cfg.backups.clone() {
+        tasks.push(tokio::spawn(crate::backup::run_schedule(replica.clone(), schedule, shutdown.clone())));
+    }
 
     let mut metrics_addr = None;
     if let Some(m) = cfg.metrics_addr {
@@ -213,6 +219,9 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
             // Identity exists but Raft was never initialized: a join that never finished.
             tracing::warn!("replica has an identity but no cluster; waiting to be added by a leader");
         }
+    }
+    if matches!((&cfg.bootstrap, initialized), (Bootstrap::ClusterInit, false) | (_, true)) {
+        crate::backup::seal_restored(&raft, &cfg.data_dir).await.map_err(StartError::Bootstrap)?;
     }
     Ok(RunningReplica { replica, shutdown, tasks, metrics_addr, db: db_handle })
 }

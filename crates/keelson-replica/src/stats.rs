@@ -24,6 +24,9 @@ pub struct ReplicaStats {
     pub proposal_duration: Histogram,
     /// Times this replica saw the leader change to another one.
     pub leader_changes: Counter,
+    /// Scheduled backups this server saved, and those that failed.
+    pub backups_saved: Counter,
+    pub backups_failed: Counter,
 }
 
 impl Default for ReplicaStats {
@@ -42,6 +45,8 @@ impl Default for ReplicaStats {
             // 0.5 ms doubling to 4 s, as etcd's commit and apply latencies.
             proposal_duration: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.0005, 2.0, 14)),
             leader_changes: Counter::default(),
+            backups_saved: Counter::default(),
+            backups_failed: Counter::default(),
         }
     }
 }

@@ -77,3 +77,37 @@ where
         }
     }
 }
+
+/// A `keelson server` process of its own (outside a runner cluster), killed on drop.
+pub struct LoneServer {
+    pub child: std::process::Child,
+    /// Its store (gRPC) and API `127.0.0.1:port`.
+    pub store: String,
+    pub api: String,
+}
+
+impl Drop for LoneServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `keelson server --name NAME` on free loopback ports with data in `dir/NAME`
+/// and its log in `dir/NAME.log`, with `args` added.
+pub fn spawn_server(dir: &Path, name: &str, args: &[&str]) -> LoneServer {
+    let port = || keelson_runner::free_loopback_port().expect("a free loopback port");
+    let store = format!("127.0.0.1:{}", port());
+    let api = format!("127.0.0.1:{}", port());
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_keelson"))
+        .args(["server", "--name", name, "--listen", &store, "--api-listen", &api])
+        .arg("--data-dir")
+        .arg(dir.join(name))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(log))
+        .spawn()
+        .unwrap();
+    LoneServer { child, store, api }
+}

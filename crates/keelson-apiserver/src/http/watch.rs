@@ -27,7 +27,7 @@ use super::ApiState;
 use crate::catalog::ResourceDef;
 use crate::error::ApiError;
 use crate::storage::{list_prefix, object_key, set_resource_version, ObjectStore};
-use crate::watch_cache::{FeedEvent, Joined};
+use crate::watch_cache::{sampled_trace, FeedEvent, Joined};
 
 /// Events buffered per watch before the producer waits for the client.
 const WATCH_BUFFER: usize = 256;
@@ -185,15 +185,12 @@ impl WatchSpec {
 }
 
 /// A `watch-deliver` span for sending the change of `obj` to this watcher, when the
-/// object carries a sampled trace ([`keelson_tracecontext::POD_ANNOTATION`]: a pod
-/// created in one), as a child of that trace; it lasts until the watcher's buffer took
-/// the event. Other events get no span: one per event and watcher would cost the watch
-/// path more than the events do.
-fn delivery_span(spec: &WatchSpec, ty: &str, obj: &Value) -> Option<tracing::Span> {
-    let parent: keelson_tracecontext::TraceParent = obj.pointer("/metadata/annotations")?.get(keelson_tracecontext::POD_ANNOTATION)?.as_str()?.parse().ok()?;
-    if !parent.sampled {
-        return None;
-    }
+/// object carries a sampled trace (`parent`, from [`keelson_tracecontext::POD_ANNOTATION`]:
+/// a pod created in one), as a child of that trace; it lasts until the watcher's buffer
+/// took the event. Other events get no span: one per event and watcher would cost the
+/// watch path more than the events do.
+fn delivery_span(spec: &WatchSpec, ty: &str, obj: &Value, parent: Option<keelson_tracecontext::TraceParent>) -> Option<tracing::Span> {
+    let parent = parent?;
     let revision = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default();
     let span = tracing::info_span!("watch-deliver", resource = spec.def.plural, event = ty, revision, watcher = %spec.watcher, trace_id = tracing::field::Empty);
     keelson_tracecontext::continue_trace(&span, Some(parent));
@@ -272,7 +269,7 @@ async fn follow(state: &ApiState, spec: &WatchSpec, mut from: Revision, tx: &mps
                 }
             };
             for e in out {
-                let span = e["type"].as_str().and_then(|ty| delivery_span(spec, ty, &e["object"]));
+                let span = e["type"].as_str().and_then(|ty| delivery_span(spec, ty, &e["object"], sampled_trace(&e["object"])));
                 if !deliver(tx, line(&e), span).await {
                     return;
                 }
@@ -331,7 +328,7 @@ async fn follow_feed(spec: &WatchSpec, joined: Joined, from: Revision, tx: &mpsc
             FeedEvent::Progress(rev) if *rev < from - 1 => None,
             FeedEvent::Change(c) if spec.range.contains(&c.key) => {
                 let (ty, obj) = classify(spec, c.previous.as_ref(), c.object.as_deref().map(|s| &s.obj))?;
-                let span = delivery_span(spec, ty, obj);
+                let span = delivery_span(spec, ty, obj, c.trace());
                 if plain {
                     return Some((c.plain_line.get_or_init(|| line(&json!({"type": ty, "object": obj}))).clone(), span));
                 }
