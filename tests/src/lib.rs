@@ -59,6 +59,8 @@ pub struct ClusterOptions {
     pub tls: bool,
     /// With `tls`: how long each replica's first certificate is valid (default a year).
     pub peer_cert_validity: Option<Duration>,
+    /// How often the leader runs the corruption check (default: the replica's default).
+    pub corruption_check: Option<Duration>,
 }
 
 impl Default for ClusterOptions {
@@ -70,6 +72,7 @@ impl Default for ClusterOptions {
             slow_watcher_timeout: Duration::from_secs(30),
             tls: false,
             peer_cert_validity: None,
+            corruption_check: None,
         }
     }
 }
@@ -162,6 +165,9 @@ impl TestCluster {
         config.log_retention = self.opts.log_retention;
         config.compaction = self.opts.compaction.clone();
         config.slow_watcher_timeout = self.opts.slow_watcher_timeout;
+        if let Some(every) = self.opts.corruption_check {
+            config.corruption_check = Some(every);
+        }
         config.metrics_addr = Some("127.0.0.1:0".parse().expect("address"));
         if let Some(pki) = &self.pki {
             config.tls = Some(pki.replica(&name, self.opts.peer_cert_validity)?);

@@ -336,3 +336,55 @@ async fn the_leader_writes_the_newer_log_format_only_while_every_member_says_it_
     assert_eq!(cluster.status(follower).await.expect("status").cluster_log_format, 1);
     cluster.shutdown().await;
 }
+
+/// The leader's corruption check: quiet while every member holds the same history, and
+/// naming the one member whose stored history was changed under it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_corruption_check_names_the_member_whose_history_was_changed_under_it() {
+    use keelson_mvcc::{KvBackend, ReadView, WriteBatch};
+    let opts = ClusterOptions { corruption_check: Some(Duration::from_millis(200)), ..Default::default() };
+    let cluster = TestCluster::start(3, opts).await.expect("cluster");
+    let leader = cluster.leader().await.expect("leader");
+    let c = cluster.client(leader);
+    for i in 0..30 {
+        c.put(format!("/c/{}", i % 7).as_bytes(), format!("v{i}").as_bytes()).await.expect("put");
+    }
+    let lead = cluster.running(leader).expect("leader runs").replica.clone();
+    let checks = |r: &keelson_replica::Replica| r.stats().corruption_checks.get();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while checks(&lead) < 3 {
+        assert!(Instant::now() < deadline, "the leader ran no corruption checks");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(lead.corrupt_members().is_empty(), "healthy members raise no alarm: {:?}", lead.corrupt_members());
+
+    // One byte of one history entry of a follower changes on disk.
+    let victim = (leader + 1) % 3;
+    let follower = cluster.running(victim).expect("follower runs").replica.clone();
+    let backend = follower.state().store.backend();
+    let mut entry = None;
+    backend
+        .view()
+        .scan(b"h/", b"h0", &mut |k, v| {
+            entry = Some((k.to_vec(), v.to_vec()));
+            false
+        })
+        .expect("scan");
+    let (key, mut value) = entry.expect("a history entry");
+    *value.last_mut().expect("a value") ^= 0x01;
+    let mut batch = WriteBatch::default();
+    batch.put(key, value);
+    backend.write(batch).expect("write");
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if lead.corrupt_members() == vec![follower.id()] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the check did not name the damaged member {:x}: {:?}", follower.id(), lead.corrupt_members());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let page = scrape(cluster.running(leader).unwrap().metrics_addr.expect("metrics")).await;
+    assert_eq!(sample(&page, "keelson_corrupt_members"), 1.0, "the alarm is a metric");
+    cluster.shutdown().await;
+}

@@ -89,6 +89,10 @@ pub struct ServerArgs {
     /// Default: DATA_DIR/pki.
     #[arg(long)]
     pki_dir: Option<PathBuf>,
+    /// While leading, compare every member's history digest this often (`5m`; `0`
+    /// turns the check off); a member that differs raises keelson_corrupt_members.
+    #[arg(long, default_value = "5m", value_parser = crate::components::parse_duration)]
+    corruption_check_interval: Duration,
     /// Take a backup of this server's store this often (`12h`, `30m`; `0` turns
     /// scheduled backups off), into --backup-dir.
     #[arg(long, default_value = "12h", value_parser = crate::components::parse_duration)]
@@ -248,6 +252,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     };
     let api_address = api_address(&args);
     let mut cfg = ReplicaConfig::new(args.name, args.data_dir, args.listen, bootstrap).with_tls(peer_identity.clone());
+    cfg.corruption_check = (!args.corruption_check_interval.is_zero()).then_some(args.corruption_check_interval);
     cfg.backups = (!args.backup_every.is_zero()).then(|| keelson_replica::backup::BackupSchedule {
         dir: args.backup_dir.clone().unwrap_or_else(|| cfg.data_dir.join("backups")),
         every: args.backup_every,

@@ -221,6 +221,12 @@ pub struct MemberAddCall {
     pub addr: String,
 }
 
+/// Asks a member for the digest of its history at `revision` (`Cluster.HashKv`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HashKvCall {
+    pub revision: Revision,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberRemoveCall {
     pub id: u64,

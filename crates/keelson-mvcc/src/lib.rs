@@ -10,6 +10,7 @@
 
 mod backend;
 mod compact;
+mod hash;
 mod layout;
 mod mem_backend;
 mod pending_view;
@@ -22,6 +23,7 @@ pub mod backend_suite;
 pub mod mvcc_suite;
 
 pub use backend::{BackendError, BatchOp, KvBackend, ReadView, WriteBatch};
+pub use hash::KvHash;
 pub use mem_backend::{MemBackend, MemView};
 pub use store::{Applied, EventPage, MvccError, MvccStore};
 pub use types::*;

@@ -82,6 +82,13 @@ impl<B: KvBackend> StateHandle<B> {
         *self.applied.borrow()
     }
 
+    /// Waits until the state machine has applied store revision `revision`.
+    pub async fn wait_revision(&self, revision: Revision) -> Result<AppliedPosition, crate::RaftLayerError> {
+        let mut rx = self.applied.clone();
+        let pos = rx.wait_for(|p| p.revision >= revision).await.map_err(|_| crate::RaftLayerError::Shutdown)?;
+        Ok(*pos)
+    }
+
     /// Waits until the state machine has applied log index `index`.
     pub async fn wait_applied(&self, index: u64) -> Result<AppliedPosition, crate::RaftLayerError> {
         let mut rx = self.applied.clone();

@@ -85,6 +85,8 @@ pub struct ReplicaConfig {
     pub tls: Option<Arc<PeerIdentity>>,
     /// Scheduled backups of this replica's store, if wanted.
     pub backups: Option<crate::backup::BackupSchedule>,
+    /// How often the leader compares every member's history digest (`None`: never).
+    pub corruption_check: Option<Duration>,
 }
 
 impl ReplicaConfig {
@@ -103,6 +105,7 @@ impl ReplicaConfig {
             slow_watcher_timeout: crate::watch::SLOW_WATCHER_TIMEOUT,
             tls: None,
             backups: None,
+            corruption_check: Some(crate::corruption::DEFAULT_INTERVAL),
         }
     }
 

@@ -136,6 +136,11 @@ impl Cluster for ClusterService {
         reply(self.replica.member_remove(call.id, forwarded).await)
     }
 
+    async fn hash_kv(&self, req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
+        let call: HashKvCall = decode(&req)?;
+        reply(self.replica.hash_kv(call.revision).await)
+    }
+
     type BackupStream = Pin<Box<dyn Stream<Item = Result<SnapshotChunk, Status>> + Send + 'static>>;
 
     async fn backup(&self, _req: Request<Envelope>) -> Result<Response<Self::BackupStream>, Status> {

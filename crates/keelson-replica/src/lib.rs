@@ -15,6 +15,7 @@ pub mod backup;
 mod batch_stream;
 pub mod config;
 mod compactor;
+mod corruption;
 mod forward;
 mod grpc;
 pub mod identity;
@@ -28,6 +29,7 @@ pub mod stats;
 mod watch;
 
 pub use config::{Bootstrap, CompactionPolicy, ExtraMetrics, ReplicaConfig};
+pub use corruption::divergent;
 pub use keelson_client::tls::{PeerIdentity, PeerTls};
 pub use keelson_raft::LogRetention;
 pub use replica::Replica;

@@ -47,7 +47,7 @@ const ENGINE_GAUGES: [(&str, &str, Pick<EngineSize, u64>); 3] = [
 // Help texts without their final full stop: the encoder adds one.
 
 /// Counters, named without the `_total` the encoder appends to their samples.
-const COUNTERS: [(&str, &str, Pick<ReplicaStats, crate::stats::Counter>); 13] = [
+const COUNTERS: [(&str, &str, Pick<ReplicaStats, crate::stats::Counter>); 14] = [
     ("keelson_store_reads", "Range reads served", |s| s.reads.clone()),
     ("keelson_store_writes", "Writes committed through this replica", |s| s.writes.clone()),
     ("keelson_store_forwarded", "Writes forwarded to the leader", |s| s.forwarded.clone()),
@@ -61,6 +61,7 @@ const COUNTERS: [(&str, &str, Pick<ReplicaStats, crate::stats::Counter>); 13] = 
     ("keelson_raft_leader_changes_seen", "Leader changes this replica saw", |s| s.leader_changes.clone()),
     ("keelson_backups_saved", "Scheduled backups this server saved", |s| s.backups_saved.clone()),
     ("keelson_backups_failed", "Scheduled backups this server failed to save", |s| s.backups_failed.clone()),
+    ("keelson_corruption_checks", "Corruption checks this replica completed as leader", |s| s.corruption_checks.clone()),
 ];
 
 /// Renders this replica's metrics in the Prometheus text format (without the
@@ -74,6 +75,7 @@ fn encode(status: &MemberStatus, sizes: &[EngineSize], stats: &ReplicaStats, sna
     let snapshot = Gauge::<i64>::default();
     snapshot.set(snapshot_bytes as i64);
     registry.register("keelson_raft_snapshot_bytes", "Size of this replica's current snapshot file", snapshot);
+    registry.register("keelson_corrupt_members", "Members whose history differed from the others' at the leader's last corruption check", stats.corrupt_members.clone());
     registry.register("keelson_raft_proposal_duration_seconds", "Time from appending an entry as leader to its apply here", stats.proposal_duration.clone());
     for (name, help, pick) in STATUS_GAUGES {
         let gauge = Gauge::<i64>::default();

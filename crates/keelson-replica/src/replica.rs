@@ -53,6 +53,8 @@ pub(crate) struct ReplicaInner {
     pub stats: ReplicaStats,
     /// The newest log entry format every member decodes (see [`crate::log_format`]).
     pub log_format: crate::log_format::LogFormatGate,
+    /// What the last corruption check this replica led found (see [`crate::corruption`]).
+    pub corrupt: std::sync::Mutex<Vec<NodeId>>,
 }
 
 /// Cached gRPC channels to other replicas, by address, dialed as the replica's
@@ -104,6 +106,30 @@ impl Replica {
     /// cannot be read just now).
     pub fn snapshot_bytes(&self) -> u64 {
         self.inner.state.snapshot_bytes().unwrap_or(0)
+    }
+
+    /// The members this replica's last corruption check as leader found divergent.
+    pub fn corrupt_members(&self) -> Vec<NodeId> {
+        self.inner.corrupt.lock().expect("corrupt members lock").clone()
+    }
+
+    pub(crate) fn set_corrupt_members(&self, members: Vec<NodeId>) {
+        self.inner.stats.corrupt_members.set(members.len() as i64);
+        *self.inner.corrupt.lock().expect("corrupt members lock") = members;
+    }
+
+    /// The digest of this replica's history at `revision` (once applied that far; see
+    /// [`keelson_mvcc::KvHash`]).
+    pub async fn hash_kv(&self, revision: Revision) -> Result<keelson_mvcc::KvHash, StoreError> {
+        tokio::time::timeout(LEADER_WAIT, self.inner.state.wait_revision(revision))
+            .await
+            .map_err(|_| StoreError::Unavailable(format!("replica did not apply revision {revision} in time")))?
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let state = self.inner.state.clone();
+        tokio::task::spawn_blocking(move || state.store.hash_kv(revision))
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?
+            .map_err(mvcc_error)
     }
 
     /// Request and watch counters (also exported as metrics).

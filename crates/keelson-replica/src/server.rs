@@ -149,6 +149,7 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
             peers: PeerChannels::new(dialer),
             stats: ReplicaStats::default(),
             log_format: Default::default(),
+            corrupt: Default::default(),
         }),
     };
 
@@ -192,6 +193,9 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
     tasks.push(tokio::spawn(crate::compactor::run(replica.clone(), cfg.compaction.clone(), shutdown.clone())));
     tasks.push(tokio::spawn(crate::log_format::run(replica.clone(), shutdown.clone())));
     tasks.push(tokio::spawn(crate::stats::count_leader_changes(replica.clone(), shutdown.clone())));
+    if let Some(every) = cfg.corruption_check {
+        tasks.push(tokio::spawn(crate::corruption::run(replica.clone(), every, shutdown.clone())));
+    }
     if let Some(schedule) = cfg.backups.clone() {
         tasks.push(tokio::spawn(crate::backup::run_schedule(replica.clone(), schedule, shutdown.clone())));
     }

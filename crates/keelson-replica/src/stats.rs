@@ -27,6 +27,10 @@ pub struct ReplicaStats {
     /// Scheduled backups this server saved, and those that failed.
     pub backups_saved: Counter,
     pub backups_failed: Counter,
+    /// Corruption checks this replica completed as leader.
+    pub corruption_checks: Counter,
+    /// Members the leader's last corruption check found divergent (0 elsewhere).
+    pub corrupt_members: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl Default for ReplicaStats {
@@ -47,6 +51,8 @@ impl Default for ReplicaStats {
             leader_changes: Counter::default(),
             backups_saved: Counter::default(),
             backups_failed: Counter::default(),
+            corruption_checks: Counter::default(),
+            corrupt_members: Default::default(),
         }
     }
 }
