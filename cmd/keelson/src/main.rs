@@ -85,6 +85,8 @@ enum BenchCmd {
     Proxy(keelson_bench::ProxyBenchArgs),
     /// HTTP through the built-in ingress, side by side with the backend direct and through nginx.
     Ingress(keelson_bench::IngressBenchArgs),
+    /// Watchers that stop reading: the servers' memory while writes go on.
+    StalledWatchers(keelson_bench::StalledWatchersBenchArgs),
     /// Logs on a real node: a large log's read throughput, and the agent's memory under many followers.
     Logs(keelson_bench::LogsBenchArgs),
 }
@@ -148,6 +150,7 @@ fn run(cli: Cli, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         Cmd::Bench(BenchCmd::Proxy(args)) => rt.block_on(keelson_bench::run_proxy_bench(args)),
         Cmd::Bench(BenchCmd::Ingress(args)) => rt.block_on(keelson_bench::run_ingress_bench(args)),
         Cmd::Bench(BenchCmd::Logs(args)) => rt.block_on(keelson_bench::run_logs_bench(args)),
+        Cmd::Bench(BenchCmd::StalledWatchers(args)) => rt.block_on(keelson_bench::run_stalled_watchers_bench(args)),
         Cmd::Backup(args) => rt.block_on(cli_backup::backup(args)),
         Cmd::Restore(args) => cli_backup::restore(args),
         Cmd::Token(cmd) => rt.block_on(cli_admin::token(cmd)),

@@ -122,3 +122,22 @@ fn ingress_bench_proxies_to_a_busybox_backend_beside_nginx_and_reports_json() {
     assert!(json["ingress_vs_nginx_rps"].as_f64().is_some_and(|r| r > 0.0), "{json}");
     assert_eq!(json["body_bytes"], serde_json::json!(3000));
 }
+
+/// The stalled-watcher bench's short form: it opens the watches, writes, samples the three
+/// local servers and reports every figure (the figures themselves are for the notes).
+#[test]
+fn stalled_watchers_bench_samples_every_server_and_reports_json() {
+    let out = Command::new(binary())
+        .args(["bench", "stalled-watchers", "--watchers", "30", "--write-rate", "50", "--value-bytes", "512", "--secs", "2", "--json"])
+        .output()
+        .expect("run keelson bench stalled-watchers");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed: {stderr}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
+    assert_eq!(json["watchers"], 30, "{json}");
+    assert!(json["writes"].as_u64().unwrap_or(0) > 0, "{json}");
+    assert_eq!(json["servers_sampled"], 3, "the bench's own three servers: {json}");
+    for field in ["rss_before_mb", "rss_peak_mb", "rss_end_mb", "rss_after_drop_mb"] {
+        assert!(json[field].as_f64().unwrap_or(0.0) > 0.0, "{field}: {json}");
+    }
+}

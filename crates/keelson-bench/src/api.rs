@@ -72,10 +72,24 @@ where
     R: serde::Serialize,
     Fut: std::future::Future<Output = anyhow::Result<R>>,
 {
+    run_on_cluster_at(target, |clients, _| bench(clients), summary).await
+}
+
+/// [`run_on_cluster`], the bench also given the cluster's kubeconfig (for more clients
+/// of their own connections, and the servers' addresses).
+pub(crate) async fn run_on_cluster_at<R, Fut>(
+    target: &BenchTarget,
+    bench: impl FnOnce(Vec<kube::Client>, PathBuf) -> Fut,
+    summary: impl FnOnce(&R),
+) -> anyhow::Result<R>
+where
+    R: serde::Serialize,
+    Fut: std::future::Future<Output = anyhow::Result<R>>,
+{
     let tmp = tempfile::tempdir()?;
     let (kubeconfig, cluster) = bench_cluster(target.kubeconfig.as_ref(), tmp.path()).await?;
     let clients = clients_from(&kubeconfig).await?;
-    let report = bench(clients).await;
+    let report = bench(clients, kubeconfig.clone()).await;
     if let Some(c) = cluster {
         c.stop(Duration::from_secs(10)).await?;
     }
@@ -93,6 +107,12 @@ const NS: &str = "default";
 fn cm(name: &str, v: u64) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name, "labels": {"bench": "api"}}, "data": {"v": v.to_string(), "pad": "x".repeat(200)}}))
         .expect("valid ConfigMap")
+}
+
+/// The API servers a kubeconfig names (`host:port`).
+pub(crate) fn api_addresses(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    let kc = Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(kc.clusters.iter().filter_map(|c| c.cluster.as_ref()?.server.as_deref()).map(|s| s.trim_start_matches("https://").trim_end_matches('/').to_string()).collect())
 }
 
 pub(crate) async fn clients_from(path: &std::path::Path) -> anyhow::Result<Vec<kube::Client>> {

@@ -11,6 +11,9 @@
 //! `keelson bench logs`: `pods/log` throughput of a large log, and the agent's memory
 //! while many `logs -f` followers stream (see `logs`).
 //!
+//! `keelson bench stalled-watchers`: the servers' memory while many watchers stop reading
+//! (see `stalled_watchers`).
+//!
 //! `keelson bench failover`: writes stalled by leader kills, Keelson and etcd side by
 //! side (see `failover`).
 //!
@@ -34,6 +37,7 @@ mod pods;
 mod proxy;
 mod report;
 mod scheduler;
+mod stalled_watchers;
 
 pub use api::{run_api_bench, ApiBenchArgs};
 pub use controllers::{run_controllers_bench, ControllersBenchArgs, ControllersReport};
@@ -45,3 +49,4 @@ pub use pods::{run_pods_bench, PodsBenchArgs, PodsReport};
 pub use proxy::{run_proxy_bench, ProxyBenchArgs, ProxyReport};
 pub use report::{PhaseResult, SystemReport};
 pub use scheduler::{run_scheduler_bench, SchedulerBenchArgs, SchedulerReport};
+pub use stalled_watchers::{run_stalled_watchers_bench, StalledWatchersBenchArgs, StalledWatchersReport};
