@@ -40,12 +40,13 @@ pub struct ServerArgs {
     /// Rotate the audit log at this size, in MiB.
     #[arg(long, default_value_t = 100)]
     audit_log_maxsize_mb: u64,
-    /// Read-only requests served at once before 429 with Retry-After (0: no limit).
-    /// Watches, exec, attach, port-forward, proxy and logs are not counted;
-    /// system:masters is never refused.
+    /// Read-only requests served at once before 429 with Retry-After (0: no limit),
+    /// shared by priority levels and fairly by users within a level (API Priority and
+    /// Fairness' suggested levels). Watches, exec, attach, port-forward, proxy and logs
+    /// are not counted; system:masters and health probes are never refused.
     #[arg(long, default_value_t = keelson_apiserver::inflight::DEFAULT_MAX_REQUESTS_INFLIGHT)]
     max_requests_inflight: usize,
-    /// Mutating requests served at once before 429 (0: no limit).
+    /// Mutating requests served at once before 429 (0: no limit), shared out the same way.
     #[arg(long, default_value_t = keelson_apiserver::inflight::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT)]
     max_mutating_requests_inflight: usize,
     /// Failed authentication attempts (bad or expired tokens, no credentials) a source

@@ -1,16 +1,24 @@
-//! The max-in-flight filter, as kube-apiserver's `--max-requests-inflight` (400) and
-//! `--max-mutating-requests-inflight` (200): read-only and mutating requests each take a
-//! slot of their own pool for as long as they are served; a request finding its pool full
-//! is refused at once with 429 and `Retry-After: 1`. Long-running requests (watches,
-//! exec, attach, port-forward, proxy, logs) hold no slot, and `system:masters` is never
-//! refused (it is the operator's way in when clients flood the server), as in Kubernetes.
-//! A limit of 0 is no limit. The classification is pure.
+//! The max-in-flight filter with API Priority and Fairness' isolation, as kube-apiserver's
+//! `--max-requests-inflight` (400) and `--max-mutating-requests-inflight` (200): read-only
+//! and mutating requests each take a seat of their own pool for as long as they are served.
+//! Within a pool, seats are shared by priority levels and, within a level, fairly by flows
+//! ([`priority`] says which level and flow a request is, [`seats`] keeps the count): a
+//! client flooding the server takes seats from its own level only, and from its own share
+//! of it, so the nodes, the scheduler and the controllers keep theirs. A request finding no
+//! seat is refused at once with 429 and `Retry-After: 1`. Long-running requests (watches,
+//! exec, attach, port-forward, proxy, logs) hold no seat, and `system:masters` and health
+//! probes are exempt (the operator's way in when clients flood the server), as in
+//! Kubernetes. A limit of 0 is no limit. The classification is pure.
 
-use std::sync::Arc;
+pub mod priority;
+pub mod seats;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use crate::error::ApiError;
+use priority::{Classification, PriorityLevel};
+use seats::{Refusal, SeatLedger};
 
 /// kube-apiserver's defaults.
 pub const DEFAULT_MAX_REQUESTS_INFLIGHT: usize = 400;
@@ -18,8 +26,6 @@ pub const DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT: usize = 200;
 
 /// The message of the refusal, as kube-apiserver words it.
 pub const TOO_MANY: &str = "Too many requests, please try again later.";
-
-const PRIVILEGED_GROUP: &str = "system:masters";
 
 /// Which pool a request draws from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,34 +62,61 @@ pub fn kind_of(attrs: &keelson_rbac::Attributes) -> RequestKind {
     }
 }
 
+type Pool = Arc<Mutex<SeatLedger>>;
+
 /// The two pools of one server.
 #[derive(Clone)]
 pub struct InflightLimits {
-    read_only: Option<Arc<Semaphore>>,
-    mutating: Option<Arc<Semaphore>>,
+    read_only: Option<Pool>,
+    mutating: Option<Pool>,
 }
 
-/// A slot held for the life of a request (none for unlimited or exempt requests).
-pub struct Slot(#[allow(dead_code)] Option<OwnedSemaphorePermit>);
+/// A seat held for the life of a request (none for unlimited, long-running or exempt
+/// requests); given back when dropped.
+pub struct Slot(Option<(Pool, PriorityLevel, String)>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some((pool, level, flow)) = self.0.take() {
+            pool.lock().unwrap_or_else(|p| p.into_inner()).give_back(level, &flow);
+        }
+    }
+}
+
+/// A request refused a seat.
+#[derive(Debug)]
+pub struct Refused {
+    pub reason: Refusal,
+}
+
+impl Refused {
+    /// The 429 to answer.
+    pub fn error(&self) -> ApiError {
+        ApiError::TooManyRequests(TOO_MANY.into())
+    }
+}
 
 impl InflightLimits {
     pub fn new(max_read_only: usize, max_mutating: usize) -> Self {
-        let pool = |n: usize| (n > 0).then(|| Arc::new(Semaphore::new(n)));
+        let pool = |n: usize| (n > 0).then(|| Arc::new(Mutex::new(SeatLedger::new(n))));
         Self { read_only: pool(max_read_only), mutating: pool(max_mutating) }
     }
 
-    /// A slot for a request of `kind` by a member of `groups`, or the 429 to answer.
-    pub fn admit(&self, kind: RequestKind, groups: &[String]) -> Result<Slot, ApiError> {
+    /// A seat for a request of `kind` classified as `class`, or why not.
+    pub fn admit(&self, kind: RequestKind, class: &Classification) -> Result<Slot, Refused> {
         let pool = match kind {
             RequestKind::LongRunning => return Ok(Slot(None)),
             RequestKind::ReadOnly => &self.read_only,
             RequestKind::Mutating => &self.mutating,
         };
         let Some(pool) = pool else { return Ok(Slot(None)) };
-        match pool.clone().try_acquire_owned() {
-            Ok(permit) => Ok(Slot(Some(permit))),
-            Err(_) if groups.iter().any(|g| g == PRIVILEGED_GROUP) => Ok(Slot(None)),
-            Err(_) => Err(ApiError::TooManyRequests(TOO_MANY.into())),
+        if class.level == PriorityLevel::Exempt {
+            return Ok(Slot(None));
+        }
+        let taken = pool.lock().unwrap_or_else(|p| p.into_inner()).take(class.level, &class.flow, Instant::now());
+        match taken {
+            Ok(()) => Ok(Slot(Some((pool.clone(), class.level, class.flow.clone())))),
+            Err(reason) => Err(Refused { reason }),
         }
     }
 }
@@ -123,17 +156,43 @@ mod tests {
     #[test]
     fn a_full_pool_refuses_but_not_masters_and_not_the_other_pool() {
         let limits = InflightLimits::new(1, 1);
-        let user = vec!["system:authenticated".to_string()];
-        let held = limits.admit(RequestKind::Mutating, &user).expect("the one slot");
+        let alice = keelson_rbac::UserInfo { name: "alice".into(), groups: vec!["system:authenticated".into()], ..Default::default() };
+        let admin = keelson_rbac::UserInfo { name: "admin".into(), groups: vec!["system:masters".into()], ..Default::default() };
+        let create = resource("create", "configmaps", None);
+        let (user, master) = (priority::classify(&create, Some(&alice)), priority::classify(&create, Some(&admin)));
+        let held = limits.admit(RequestKind::Mutating, &user).ok().expect("the one slot");
         let refused = limits.admit(RequestKind::Mutating, &user).err().expect("the pool is full");
-        assert_eq!((refused.code(), refused.to_string().contains(TOO_MANY)), (429, true), "{refused}");
-        assert!(limits.admit(RequestKind::Mutating, &["system:masters".to_string()]).is_ok(), "masters pass");
+        assert_eq!(refused.reason, Refusal::ConcurrencyLimit);
+        let e = refused.error();
+        assert_eq!((e.code(), e.to_string().contains(TOO_MANY)), (429, true), "{e}");
+        assert!(limits.admit(RequestKind::Mutating, &master).is_ok(), "masters pass");
         assert!(limits.admit(RequestKind::ReadOnly, &user).is_ok(), "reads have their own pool");
         assert!(limits.admit(RequestKind::LongRunning, &user).is_ok());
         drop(held);
         assert!(limits.admit(RequestKind::Mutating, &user).is_ok(), "the slot is back once the request ends");
         let unlimited = InflightLimits::new(0, 0);
-        let many: Vec<Slot> = (0..1000).map(|_| unlimited.admit(RequestKind::Mutating, &user).unwrap()).collect();
+        let many: Vec<Slot> = (0..1000).map(|_| unlimited.admit(RequestKind::Mutating, &user).ok().unwrap()).collect();
         assert_eq!(many.len(), 1000);
+    }
+
+    #[test]
+    fn a_flooding_user_leaves_the_nodes_and_the_scheduler_their_seats() {
+        let limits = InflightLimits::new(0, 50);
+        let flooder = keelson_rbac::UserInfo { name: "flooder".into(), groups: vec!["system:authenticated".into()], ..Default::default() };
+        let node = keelson_rbac::UserInfo { name: "system:node:n1".into(), groups: vec!["system:nodes".into()], ..Default::default() };
+        let scheduler = keelson_rbac::UserInfo { name: "system:kube-scheduler".into(), ..Default::default() };
+        let create = resource("create", "configmaps", None);
+        let flood = priority::classify(&create, Some(&flooder));
+        let mut held = Vec::new();
+        while let Ok(slot) = limits.admit(RequestKind::Mutating, &flood) {
+            held.push(slot);
+        }
+        assert!(held.len() < 50, "the flooder took {} of 50", held.len());
+        let bind = priority::classify(&resource("create", "pods", Some("binding")), Some(&scheduler));
+        let heartbeat = priority::classify(&resource("patch", "nodes", Some("status")), Some(&node));
+        assert!(limits.admit(RequestKind::Mutating, &bind).is_ok(), "the scheduler binds");
+        assert!(limits.admit(RequestKind::Mutating, &heartbeat).is_ok(), "the node reports");
+        drop(held);
+        assert!(limits.admit(RequestKind::Mutating, &flood).is_ok());
     }
 }

@@ -27,6 +27,20 @@ struct Kind {
     request_kind: &'static str,
 }
 
+/// A priority level and the FlowSchema that sent a request to it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Flow {
+    priority_level: &'static str,
+    flow_schema: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Rejection {
+    priority_level: &'static str,
+    flow_schema: &'static str,
+    reason: &'static str,
+}
+
 /// One request counted in `apiserver_current_inflight_requests` until dropped.
 pub struct InflightGuard(Gauge);
 
@@ -88,6 +102,8 @@ pub struct ApiMetrics {
     watches: Gauge,
     inflight: Family<Kind, Gauge>,
     dropped: Family<Kind, Counter>,
+    executing: Family<Flow, Gauge>,
+    rejected: Family<Rejection, Counter>,
     watch_cache: WatchCacheMetrics,
 }
 
@@ -105,6 +121,14 @@ impl Default for ApiMetrics {
         let dropped = Family::<Kind, Counter>::default();
         registry.register("apiserver_current_inflight_requests", "Requests being served, by kind (readOnly, mutating; long-running ones not counted)", inflight.clone());
         registry.register("apiserver_dropped_requests", "Requests refused with 429 by the max-in-flight filter, by kind", dropped.clone());
+        let executing = Family::<Flow, Gauge>::default();
+        let rejected = Family::<Rejection, Counter>::default();
+        registry.register("apiserver_flowcontrol_current_executing_requests", "Requests holding a seat, by priority level and FlowSchema (exempt ones included)", executing.clone());
+        registry.register(
+            "apiserver_flowcontrol_rejected_requests",
+            "Requests refused with 429 for want of a seat, by priority level, FlowSchema and reason (concurrency-limit: the pool is full for the level; fair-share: the flow holds its share of the level)",
+            rejected.clone(),
+        );
         let watch_cache = WatchCacheMetrics::default();
         registry.register("apiserver_watch_cache_resource_objects", "Objects kept by the watch cache, by resource", watch_cache.objects.clone());
         registry.register(
@@ -114,7 +138,7 @@ impl Default for ApiMetrics {
         );
         registry.register("apiserver_cache_list", "Lists served from the watch cache, by resource", watch_cache.lists.clone());
         registry.register("apiserver_cache_list_store_fallback", "Lists the watch cache handed to the store (cache not ready or not caught up in time), by resource", watch_cache.store_fallbacks.clone());
-        Self { registry, requests, latency, watches, inflight, dropped, watch_cache }
+        Self { registry, requests, latency, watches, inflight, dropped, executing, rejected, watch_cache }
     }
 }
 
@@ -137,6 +161,18 @@ impl ApiMetrics {
     /// A request of `kind` refused as too many.
     pub fn dropped(&self, kind: &'static str) {
         self.dropped.get_or_create(&Kind { request_kind: kind }).inc();
+    }
+
+    /// A request of `class` holding a seat (or exempt), until the guard drops.
+    pub fn executing(&self, class: &crate::inflight::priority::Classification) -> InflightGuard {
+        let g = self.executing.get_or_create(&Flow { priority_level: class.level.name(), flow_schema: class.flow_schema }).clone();
+        g.inc();
+        InflightGuard(g)
+    }
+
+    /// A request of `class` refused a seat.
+    pub fn rejected(&self, class: &crate::inflight::priority::Classification, reason: crate::inflight::seats::Refusal) {
+        self.rejected.get_or_create(&Rejection { priority_level: class.level.name(), flow_schema: class.flow_schema, reason: reason.label() }).inc();
     }
 
     /// The handles the watch cache updates.

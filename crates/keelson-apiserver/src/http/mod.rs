@@ -380,11 +380,15 @@ async fn handle(state: Arc<ApiState>, identity: Option<Identity>, peer: String, 
             tracing::Span::current().record("user", c.user.name.as_str());
         }
         let kind = crate::inflight::kind_of(&attrs);
-        let _slot = match state.inflight.admit(kind, caller.as_ref().map_or(&[][..], |c| &c.user.groups[..])) {
-            Ok(slot) => (slot, (kind != crate::inflight::RequestKind::LongRunning).then(|| state.metrics.in_flight(kind.label()))),
-            Err(e) => {
+        let class = crate::inflight::priority::classify(&attrs, caller.as_ref().map(|c| &c.user));
+        let limited = kind != crate::inflight::RequestKind::LongRunning;
+        let _slot = match state.inflight.admit(kind, &class) {
+            Ok(slot) => (slot, limited.then(|| state.metrics.in_flight(kind.label())), limited.then(|| state.metrics.executing(&class))),
+            Err(refused) => {
                 state.metrics.dropped(kind.label());
-                let mut resp = error_response(&e);
+                state.metrics.rejected(&class, refused.reason);
+                tracing::Span::current().record("code", 429);
+                let mut resp = error_response(&refused.error());
                 resp.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("1"));
                 return resp;
             }
