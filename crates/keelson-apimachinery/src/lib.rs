@@ -1,5 +1,6 @@
 //! Kubernetes API machinery as pure functions over `serde_json::Value`.
 //!
+//! - [`body`]: request bodies in JSON and YAML, decoded with their limits;
 //! - [`labels`]: label selectors (equality- and set-based), parse and match;
 //! - [`fields`]: field selectors, parse and match against an object;
 //! - [`patch`]: JSON patch (RFC 6902), JSON merge patch (RFC 7386), strategic merge patch;
@@ -8,6 +9,7 @@
 //!
 //! Architecture invariant: nothing here does I/O or knows about the store.
 
+pub mod body;
 pub mod fields;
 pub mod labels;
 pub mod patch;

@@ -59,21 +59,11 @@ pub fn decode_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> 
 }
 
 pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::BadRequest("the request body is empty".into()));
-    }
-    serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("the request body is not valid JSON: {e}")))
+    keelson_apimachinery::body::parse_json(body).map_err(|e| ApiError::BadRequest(e.to_string()))
 }
 
 pub fn parse_yaml(body: &[u8]) -> Result<Value, ApiError> {
-    let text = std::str::from_utf8(body).map_err(|_| ApiError::BadRequest("the request body is not UTF-8".into()))?;
-    if text.trim().is_empty() {
-        return Err(ApiError::BadRequest("the request body is empty".into()));
-    }
-    if let Ok(v) = serde_json::from_str(text) {
-        return Ok(v);
-    }
-    serde_saphyr::from_str::<Value>(text).map_err(|e| ApiError::BadRequest(format!("the request body is not valid YAML: {e}")))
+    keelson_apimachinery::body::parse_yaml(body).map_err(|e| ApiError::BadRequest(e.to_string()))
 }
 
 /// The representation a GET/LIST/WATCH should answer with.
