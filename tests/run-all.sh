@@ -10,4 +10,8 @@ export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
 if [ "$(id -u)" = 0 ]; then
   export KEELSON_REQUIRE_NODE_TESTS=1
 fi
-cargo test --workspace --no-fail-fast 2>&1
+status=0
+cargo test --workspace --no-fail-fast 2>&1 || status=$?
+# Every fuzz target for 10 s (about a minute in all, after its own build): see fuzz/run.sh.
+bash fuzz/run.sh 10 2>&1 || status=$?
+exit "$status"
