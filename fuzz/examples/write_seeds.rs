@@ -59,6 +59,8 @@ const SELECTORS: &[&str] = &[
     "2Gi",
     "1e3",
     "0.5Ki",
+    "1m30.5s",
+    "500ms",
 ];
 
 const TOKENS: &[&str] = &[

@@ -1,6 +1,7 @@
-//! Label and field selectors and resource quantities, as they arrive in query strings
-//! and object specs. Never a panic; a selector that parses prints as text that parses to
-//! the same selector.
+//! Label and field selectors, resource quantities and durations (a request's `timeout`),
+//! as they arrive in query strings and object specs. Never a panic; a selector that parses
+//! prints as text that parses to the same selector; a duration that parses is the same
+//! written in nanoseconds.
 #![no_main]
 
 use keelson_apimachinery::fields::FieldSelector;
@@ -24,4 +25,8 @@ fuzz_target!(|data: &[u8]| {
         let _ = selector.matches(&serde_json::json!({"metadata": {"name": "a", "namespace": "b"}}));
     }
     let _ = parse_quantity_milli(text);
+    if let Ok(d) = keelson_apimachinery::duration::parse(text) {
+        let nanos = format!("{}ns", d.as_nanos());
+        assert_eq!(keelson_apimachinery::duration::parse(&nanos), Ok(d), "duration {text:?} as {nanos:?}");
+    }
 });

@@ -265,6 +265,11 @@ impl TestCluster {
         self.pki.as_ref().map(|p| &p.ca)
     }
 
+    /// Replica `i`'s data directory.
+    pub fn data_dir(&self, i: usize) -> std::path::PathBuf {
+        self.slots[i].config.data_dir.clone()
+    }
+
     /// Shuts replica `i` down (its data directory stays). Panics if that takes longer
     /// than [`REPLICA_START_STOP_LIMIT`].
     pub async fn kill(&mut self, i: usize) {

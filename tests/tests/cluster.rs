@@ -388,3 +388,49 @@ async fn the_corruption_check_names_the_member_whose_history_was_changed_under_i
     assert_eq!(sample(&page, "keelson_corrupt_members"), 1.0, "the alarm is a metric");
     cluster.shutdown().await;
 }
+
+/// A byte flipped in a stopped follower's newest Raft log entry: the follower refuses to
+/// start and names the entry (never applying it), while the other two go on serving; it
+/// starts again once the entry is whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_with_a_corrupt_log_entry_refuses_to_start_and_the_others_serve() {
+    let mut cluster = TestCluster::start(3, ClusterOptions::default()).await.expect("cluster");
+    let leader = cluster.leader().await.expect("leader");
+    let c = cluster.client(leader);
+    for i in 0..20 {
+        c.put(format!("/corrupt/{i}").as_bytes(), b"v").await.expect("put");
+    }
+    let victim = (leader + 1) % 3;
+    let applied = cluster.status(leader).await.expect("status").applied_index;
+    cluster.wait_applied(victim, applied).await.expect("the follower catches up");
+    cluster.kill(victim).await;
+
+    // Flip one byte of the follower's newest log entry on disk.
+    let db_path = cluster.data_dir(victim).join("db");
+    let (key, whole) = {
+        let db = keelson_rocks::open_db(&db_path).expect("open the stopped replica's db");
+        let cf = db.cf_handle(keelson_rocks::RAFT_LOG_CF).expect("log cf");
+        let (key, value) = db.iterator_cf(cf, rocksdb::IteratorMode::End).next().expect("an entry").expect("read");
+        let mut bad = value.to_vec();
+        *bad.last_mut().unwrap() ^= 0x40;
+        db.put_cf(cf, &key, &bad).expect("write");
+        (key.to_vec(), value.to_vec())
+    };
+    let refused = cluster.restart(victim).await.expect_err("a replica with a corrupt log entry started");
+    let index = u64::from_be_bytes(key.as_slice().try_into().unwrap());
+    assert!(format!("{refused:#}").contains(&format!("raft log entry {index} is corrupt")), "{refused:#}");
+
+    // The other two are a majority: writes and reads go on.
+    c.put(b"/corrupt/after", b"still").await.expect("a write with one replica down");
+    assert_eq!(keelson_tests::read_value(&cluster.client(leader), "/corrupt/after").await.as_deref(), Some(&b"still"[..]));
+
+    // Made whole again (as a rebuild from peers would), it starts and catches up.
+    {
+        let db = keelson_rocks::open_db(&db_path).expect("open");
+        db.put_cf(db.cf_handle(keelson_rocks::RAFT_LOG_CF).unwrap(), &key, &whole).expect("write");
+    }
+    cluster.restart(victim).await.expect("restart once whole");
+    let applied = cluster.status(leader).await.expect("status").applied_index;
+    cluster.wait_applied(victim, applied).await.expect("the follower catches up again");
+    cluster.shutdown().await;
+}

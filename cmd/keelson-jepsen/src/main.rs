@@ -110,16 +110,7 @@ enum WorkloadArg {
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let (num, unit) = s.trim().split_at(s.trim().find(|c: char| !c.is_ascii_digit()).unwrap_or(s.trim().len()));
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 30s, 10m or 1h"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "ms" => return Ok(std::time::Duration::from_millis(n)),
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m, h)")),
-    };
-    Ok(std::time::Duration::from_secs(secs))
+    keelson_apimachinery::duration::parse_flag(s).map_err(|e| e.to_string())
 }
 
 #[derive(clap::Args)]

@@ -67,7 +67,7 @@ pub struct AgentArgs {
     #[arg(long = "cluster-dns", default_value = "10.43.0.10")]
     cluster_dns: Vec<String>,
     /// Node status and Lease renewal period.
-    #[arg(long, default_value = "10s", value_parser = humantime_secs)]
+    #[arg(long, default_value = "10s", value_parser = crate::components::parse_duration)]
     heartbeat: Duration,
     /// Do not add routes to other nodes' podCIDRs.
     #[arg(long)]
@@ -99,17 +99,6 @@ fn parse_injected_bug(s: &str) -> Result<keelson_agent::agent::InjectedBug, Stri
     match s {
         "stale-pod-status" => Ok(keelson_agent::agent::InjectedBug::StalePodStatus),
         other => Err(format!("unknown injected bug {other:?}: the only one is stale-pod-status")),
-    }
-}
-
-fn humantime_secs(s: &str) -> Result<Duration, String> {
-    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = n.parse().map_err(|_| format!("{s:?} is not a duration like 10s or 500ms"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" | "" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(format!("{s:?} is not a duration like 10s or 500ms")),
     }
 }
 

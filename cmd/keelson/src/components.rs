@@ -68,19 +68,9 @@ impl ComponentArgs {
     }
 }
 
-/// `15s`, `500ms`, `2m`.
+/// A flag's duration: Go's syntax (`15s`, `500ms`, `1m30s`) or bare seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map(|i| s.split_at(i)).unwrap_or((s, "s"));
-    let v: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}: expected e.g. 15s, 500ms, 2m, 12h"))?;
-    let secs = match unit {
-        "ms" => v / 1000.0,
-        "s" => v,
-        "m" => v * 60.0,
-        "h" => v * 3600.0,
-        _ => return Err(format!("invalid duration {s:?}: units are ms, s, m and h")),
-    };
-    Ok(Duration::from_secs_f64(secs))
+    keelson_apimachinery::duration::parse_flag(s).map_err(|e| e.to_string())
 }
 
 /// The running components of a server.

@@ -55,15 +55,15 @@ pub fn parse_yaml(body: &[u8]) -> Result<Value, BodyError> {
 pub fn depth_exceeds(value: &Value, limit: usize) -> bool {
     let mut stack = vec![(value, 0usize)];
     while let Some((v, depth)) = stack.pop() {
-        let children: Box<dyn Iterator<Item = &Value>> = match v {
-            Value::Array(items) => Box::new(items.iter()),
-            Value::Object(map) => Box::new(map.values()),
-            _ => continue,
-        };
-        if depth >= limit {
+        let nested = matches!(v, Value::Array(_) | Value::Object(_));
+        if nested && depth >= limit {
             return true;
         }
-        stack.extend(children.map(|c| (c, depth + 1)));
+        match v {
+            Value::Array(items) => stack.extend(items.iter().map(|c| (c, depth + 1))),
+            Value::Object(map) => stack.extend(map.values().map(|c| (c, depth + 1))),
+            _ => {}
+        }
     }
     false
 }

@@ -18,6 +18,9 @@ impl Cause {
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self { reason: "FieldValueInvalid", field: field.into(), message: message.into() }
     }
+    pub fn too_long(field: impl Into<String>, limit: usize) -> Self {
+        Self { reason: "FieldValueTooLong", field: field.into(), message: format!("Too long: may not be more than {limit} bytes") }
+    }
 }
 
 /// An API failure; rendered as a `Status` with the matching HTTP code.
@@ -203,6 +206,10 @@ impl From<keelson_client::ClientError> for ApiError {
                 ApiError::Timeout(format!("Too large resource version, current resource version is {current}"))
             }
             ClientError::Store(StoreError::InvalidRequest(m)) => ApiError::Internal(format!("store rejected the request: {m}")),
+            // As kube-apiserver answers etcd's "request is too large".
+            ClientError::Store(StoreError::RequestTooLarge { size, limit }) => ApiError::TooLarge(format!(
+                "the object is too large to store: {size} bytes, the limit is {limit}"
+            )),
             ClientError::Store(e @ (StoreError::NoLeader(_) | StoreError::NotLeader { .. } | StoreError::Unavailable(_))) => {
                 ApiError::Unavailable(format!("storage is unavailable: {e}"))
             }

@@ -100,6 +100,10 @@ pub fn dns_subdomain_problem(s: &str) -> Option<String> {
 }
 
 /// Label/annotation map checks: keys as Kubernetes qualified names, label values ≤ 63.
+/// The most an object's annotations may hold, keys and values together (Kubernetes'
+/// `TotalAnnotationSizeLimitB`).
+pub const TOTAL_ANNOTATION_BYTES: usize = 256 << 10;
+
 fn check_string_map(obj: &Value, field: &str, values_are_labels: bool, causes: &mut Vec<Cause>) {
     let Some(v) = obj.pointer(&format!("/metadata/{field}")) else { return };
     if v.is_null() {
@@ -109,6 +113,12 @@ fn check_string_map(obj: &Value, field: &str, values_are_labels: bool, causes: &
         causes.push(Cause::invalid(format!("metadata.{field}"), "must be a map of strings"));
         return;
     };
+    if !values_are_labels {
+        let total: usize = m.iter().map(|(k, v)| k.len() + v.as_str().map_or(0, str::len)).sum();
+        if total > TOTAL_ANNOTATION_BYTES {
+            causes.push(Cause::too_long(format!("metadata.{field}"), TOTAL_ANNOTATION_BYTES));
+        }
+    }
     for (k, val) in m {
         if let Some(p) = qualified_name_problem(k) {
             causes.push(Cause::invalid(format!("metadata.{field}"), format!("{k:?}: {p}")));

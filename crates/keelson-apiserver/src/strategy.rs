@@ -268,7 +268,10 @@ pub fn validate(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
         }
         ("", "Service") => validate_service(obj, &mut causes),
         ("scheduling.k8s.io", "PriorityClass") => crate::admission::priority::validate_priority_class(obj, &mut causes),
-        ("", "ConfigMap" | "Secret") => {
+        ("", kind @ ("ConfigMap" | "Secret")) => {
+            if let Some(cause) = data_size_problem(kind, obj) {
+                causes.push(cause);
+            }
             for field in ["data", "binaryData", "stringData"] {
                 if let Some(m) = obj.get(field).and_then(Value::as_object) {
                     for k in m.keys() {
@@ -287,6 +290,23 @@ pub fn validate(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
     } else {
         Err(ApiError::invalid(def.kind, def.group, name_of(obj), causes))
     }
+}
+
+/// The most a ConfigMap's or Secret's data may hold (Kubernetes' `MaxSecretSize`, which
+/// ConfigMaps share).
+pub const MAX_DATA_BYTES: usize = 1 << 20;
+
+/// Too much data in a ConfigMap (`data` and `binaryData`) or Secret (`data`, decoded,
+/// and `stringData`), counted as Kubernetes counts it.
+fn data_size_problem(kind: &str, obj: &Value) -> Option<Cause> {
+    let values = |field: &str| obj.get(field).and_then(Value::as_object).into_iter().flat_map(|m| m.values()).filter_map(Value::as_str);
+    let decoded = |b64: &str| (b64.len() / 4 * 3).saturating_sub(b64.bytes().rev().take_while(|&b| b == b'=').count());
+    let (total, field) = if kind == "ConfigMap" {
+        (values("data").map(str::len).sum::<usize>() + values("binaryData").map(decoded).sum::<usize>(), "")
+    } else {
+        (values("data").map(decoded).sum::<usize>() + values("stringData").map(str::len).sum::<usize>(), "data")
+    };
+    (total > MAX_DATA_BYTES).then(|| Cause::too_long(field, MAX_DATA_BYTES))
 }
 
 /// Validates an update against the stored object (fields that may not change); 422.
@@ -474,6 +494,30 @@ mod tests {
         let job = lookup("batch", "v1", "jobs").unwrap();
         let j = json!({"metadata": {"name": "j"}, "spec": {"template": {"spec": {"restartPolicy": "Always", "containers": [{"name": "a", "image": "b"}]}}}});
         assert!(validate(job, &j).is_err());
+    }
+
+    #[test]
+    fn data_and_annotations_are_held_to_kubernetes_sizes() {
+        let too_long = |def: &ResourceDef, obj: &Value| match validate(def, obj) {
+            Ok(()) => None,
+            Err(ApiError::Invalid { causes, .. }) => causes.iter().find(|c| c.reason == "FieldValueTooLong").map(|c| c.field.clone()),
+            Err(e) => panic!("{e:?}"),
+        };
+        let cm = lookup("", "v1", "configmaps").unwrap();
+        let half = "x".repeat(MAX_DATA_BYTES / 2);
+        assert_eq!(too_long(cm, &json!({"metadata": {"name": "c"}, "data": {"a": half, "b": half}})), None);
+        assert_eq!(too_long(cm, &json!({"metadata": {"name": "c"}, "data": {"a": half, "b": format!("{half}y")}})), Some(String::new()));
+        // binaryData counts decoded: 4 base64 characters are 3 bytes.
+        let b64 = "QUJD".repeat(MAX_DATA_BYTES / 3 / 2);
+        assert_eq!(too_long(cm, &json!({"metadata": {"name": "c"}, "data": {"a": half}, "binaryData": {"b": b64}})), None);
+        let secret = lookup("", "v1", "secrets").unwrap();
+        let full = "QUJD".repeat(MAX_DATA_BYTES / 3);
+        assert_eq!(too_long(secret, &json!({"metadata": {"name": "s"}, "data": {"a": full}})), None);
+        assert_eq!(too_long(secret, &json!({"metadata": {"name": "s"}, "data": {"a": full, "b": "QUJD"}})), Some("data".into()));
+        assert_eq!(too_long(secret, &json!({"metadata": {"name": "s"}, "data": {"a": full}, "stringData": {"b": "xy"}})), Some("data".into()));
+        let annotations = |n: usize| json!({"metadata": {"name": "c", "annotations": {"a": "x".repeat(n)}}});
+        assert_eq!(too_long(cm, &annotations(crate::meta::TOTAL_ANNOTATION_BYTES - 1)), None);
+        assert_eq!(too_long(cm, &annotations(crate::meta::TOTAL_ANNOTATION_BYTES)), Some("metadata.annotations".into()));
     }
 
     #[test]

@@ -159,6 +159,10 @@ pub enum StoreError {
     /// A membership change could not be made.
     #[error("membership change failed: {0}")]
     Membership(String),
+    /// The request is larger than a replica takes in one entry (`size` and `limit` in
+    /// bytes, as [`TxnRequest::wire_size`](keelson_mvcc::TxnRequest::wire_size) counts).
+    #[error("request is too large ({size} bytes; the limit is {limit})")]
+    RequestTooLarge { size: u64, limit: u64 },
 }
 
 /// Client → server messages on a watch stream.

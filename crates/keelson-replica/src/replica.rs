@@ -32,6 +32,20 @@ use crate::stats::ReplicaStats;
 /// How long a request waits for a leader (elections take about a second).
 pub const LEADER_WAIT: Duration = Duration::from_secs(5);
 
+/// The largest transaction a replica takes (as etcd's `--max-request-bytes` default,
+/// 1.5 MiB): a larger one is refused before it reaches the log, so no entry, snapshot
+/// chunk or watch event is ever bigger than about this.
+pub const MAX_TXN_BYTES: usize = 3 << 19;
+
+/// Refuses a transaction larger than [`MAX_TXN_BYTES`].
+pub fn check_txn_size(request: &TxnRequest) -> Result<(), StoreError> {
+    let size = request.wire_size();
+    if size > MAX_TXN_BYTES {
+        return Err(StoreError::RequestTooLarge { size: size as u64, limit: MAX_TXN_BYTES as u64 });
+    }
+    Ok(())
+}
+
 /// gRPC metadata key marking a request another replica forwarded (never forwarded twice).
 pub const FORWARDED_HEADER: &str = "x-keelson-forwarded";
 
@@ -272,6 +286,7 @@ impl Replica {
 
     /// Runs a transaction through the leader.
     pub async fn txn(&self, request: TxnRequest, forwarded: bool) -> Result<TxnReply, StoreError> {
+        check_txn_size(&request)?;
         let (revision, resp) = self.propose(Command::Txn(request), forwarded).await?;
         match resp {
             CommandResponse::Txn(response) => Ok(TxnReply { header: self.header(revision), response }),
@@ -283,8 +298,32 @@ impl Replica {
     /// Runs transactions forwarded together by a follower: on the leader they are
     /// submitted to Raft as one batch, each in the trace `traces` names for it (if any);
     /// each gets its own reply, in order. Elsewhere each is refused with `NotLeader`
-    /// (nothing appended).
+    /// (nothing appended). One larger than [`MAX_TXN_BYTES`] is refused alone.
     pub async fn txn_batch(&self, requests: Vec<TxnRequest>, traces: Vec<Option<keelson_tracecontext::TraceParent>>) -> Vec<Result<TxnReply, StoreError>> {
+        let refused: Vec<Option<StoreError>> = requests.iter().map(|t| check_txn_size(t).err()).collect();
+        if refused.iter().all(Option::is_none) {
+            return self.txn_batch_checked(requests, traces).await;
+        }
+        let mut traces = traces.into_iter();
+        let (mut kept, mut kept_traces) = (Vec::new(), Vec::new());
+        for (request, refusal) in requests.into_iter().zip(&refused) {
+            let trace = traces.next().flatten();
+            if refusal.is_none() {
+                kept.push(request);
+                kept_traces.push(trace);
+            }
+        }
+        let mut replies = self.txn_batch_checked(kept, kept_traces).await.into_iter();
+        refused
+            .into_iter()
+            .map(|refusal| match refusal {
+                Some(e) => Err(e),
+                None => replies.next().unwrap_or_else(|| Err(StoreError::Unavailable("no reply from raft; outcome unknown".into()))),
+            })
+            .collect()
+    }
+
+    async fn txn_batch_checked(&self, requests: Vec<TxnRequest>, traces: Vec<Option<keelson_tracecontext::TraceParent>>) -> Vec<Result<TxnReply, StoreError>> {
         use futures::StreamExt;
         use openraft::errors::ClientWriteError as W;
         let n = requests.len();

@@ -10,6 +10,9 @@
 //!   one write per fsync.
 //! - A vote is fsynced before `save_vote` returns.
 //! - Stored entries start with a format byte, so a newer binary can read an older log.
+//! - Every entry written carries a CRC32 of its encoding (format 2), checked whenever it
+//!   is read: a flipped byte on disk fails the read (and with it this replica's Raft,
+//!   which stops rather than apply or send a corrupt entry) instead of being applied.
 
 use std::fmt::Debug;
 use std::io;
@@ -27,7 +30,10 @@ pub const LOG_CF: &str = "raft_log";
 /// Column family of vote / committed / purged ids.
 pub const META_CF: &str = "raft_meta";
 
+/// Format 1: the postcard encoding, no checksum (still read).
 const ENTRY_FORMAT_V1: u8 = 1;
+/// Format 2: a little-endian CRC32 of the postcard encoding, then the encoding.
+const ENTRY_FORMAT_V2: u8 = 2;
 const KEY_VOTE: &[u8] = b"vote";
 const KEY_COMMITTED: &[u8] = b"committed";
 const KEY_LAST_PURGED: &[u8] = b"last_purged";
@@ -92,17 +98,36 @@ fn index_key(index: u64) -> [u8; 8] {
 }
 
 fn encode_entry(entry: &Entry) -> io::Result<Vec<u8>> {
-    let mut out = vec![ENTRY_FORMAT_V1];
+    let mut out = vec![ENTRY_FORMAT_V2, 0, 0, 0, 0];
     postcard::to_io(entry, &mut out).map_err(invalid)?;
+    let crc = crc32fast::hash(&out[5..]);
+    out[1..5].copy_from_slice(&crc.to_le_bytes());
     Ok(out)
 }
 
 fn decode_entry(bytes: &[u8]) -> io::Result<Entry> {
     match bytes.split_first() {
+        Some((&ENTRY_FORMAT_V2, rest)) if rest.len() >= 4 => {
+            let (crc, encoded) = rest.split_at(4);
+            let (stored, computed) = (u32::from_le_bytes(crc.try_into().expect("4 bytes")), crc32fast::hash(encoded));
+            if stored != computed {
+                return Err(invalid(format!("checksum mismatch (stored {stored:08x}, computed {computed:08x})")));
+            }
+            postcard::from_bytes(encoded).map_err(invalid)
+        }
         Some((&ENTRY_FORMAT_V1, rest)) => postcard::from_bytes(rest).map_err(invalid),
         Some((v, _)) => Err(invalid(format!("unknown log entry format {v}"))),
         None => Err(invalid("empty log entry")),
     }
+}
+
+/// [`decode_entry`] of the entry stored at `index`, its failure naming the entry and what
+/// to do about it.
+fn decode_stored(index: u64, bytes: &[u8]) -> io::Result<Entry> {
+    decode_entry(bytes).map_err(|e| {
+        tracing::error!(index, error = %e, "raft log entry is corrupt: this replica stops; rebuild it from its peers (README: Rebuilding a replica)");
+        invalid(format!("raft log entry {index} is corrupt: {e}; rebuild this replica from its peers"))
+    })
 }
 
 fn invalid(e: impl ToString) -> io::Error {
@@ -127,7 +152,7 @@ impl RaftLogReader<KeelsonRaft> for RocksLogStore {
             if !range.contains(&index) {
                 break;
             }
-            out.push(decode_entry(&value)?);
+            out.push(decode_stored(index, &value)?);
         }
         Ok(out)
     }
@@ -144,7 +169,11 @@ impl RaftLogStorage<KeelsonRaft> for RocksLogStore {
         let last_purged: Option<LogId> = self.get_meta(KEY_LAST_PURGED)?;
         let last = match self.db.iterator_cf(self.cf(LOG_CF), IteratorMode::End).next() {
             None => None,
-            Some(item) => Some(decode_entry(&item.map_err(io::Error::other)?.1)?.log_id),
+            Some(item) => {
+                let (key, value) = item.map_err(io::Error::other)?;
+                let index = u64::from_be_bytes(key.as_ref().try_into().map_err(invalid)?);
+                Some(decode_stored(index, &value)?.log_id)
+            }
         };
         Ok(LogState { last_purged_log_id: last_purged, last_log_id: last.or(last_purged) })
     }
@@ -220,18 +249,37 @@ mod tests {
         Entry::new_normal(log_id, LogCommand::V1(cmd))
     }
 
-    /// The stored bytes of a V1 entry, as this version writes them. If this test fails
-    /// the on-disk log format changed: existing logs would no longer decode. Add a new
-    /// format (byte or `LogCommand` variant) instead of changing this one.
+    /// The stored bytes of a V1 entry, as earlier versions wrote them: still read.
     const V1_ENTRY: &[u8] = &[1, 3, 7, 42, 1, 0, 0, 0, 1, 1, 2, 47, 107, 1, 118, 0, 0];
 
+    /// The stored bytes of a V2 entry, as this version writes them. If this test fails
+    /// the on-disk log format changed: existing logs would no longer decode. Add a new
+    /// format (byte or `LogCommand` variant) instead of changing this one.
+    const V2_ENTRY: &[u8] = &[2, 0xb7, 0x0c, 0x21, 0x20, 3, 7, 42, 1, 0, 0, 0, 1, 1, 2, 47, 107, 1, 118, 0, 0];
+
     #[test]
-    fn v1_entries_keep_their_encoding() {
+    fn entries_keep_their_encodings() {
         let bytes = encode_entry(&sample()).expect("encode");
-        assert_eq!(bytes, V1_ENTRY, "log entry encoding changed");
-        let decoded = decode_entry(V1_ENTRY).expect("decode");
-        assert_eq!(decoded.log_id, sample().log_id);
-        assert_eq!(format!("{:?}", decoded.payload), format!("{:?}", sample().payload));
+        assert_eq!(bytes, V2_ENTRY, "log entry encoding changed");
+        for stored in [V1_ENTRY, V2_ENTRY] {
+            let decoded = decode_entry(stored).expect("decode");
+            assert_eq!(decoded.log_id, sample().log_id);
+            assert_eq!(format!("{:?}", decoded.payload), format!("{:?}", sample().payload));
+        }
+    }
+
+    #[test]
+    fn a_flipped_byte_anywhere_in_an_entry_is_caught() {
+        // Every bit of every byte after the format byte (the checksum itself included).
+        for at in 1..V2_ENTRY.len() {
+            for bit in 0..8 {
+                let mut corrupt = V2_ENTRY.to_vec();
+                corrupt[at] ^= 1 << bit;
+                let err = decode_stored(42, &corrupt).expect_err("a flipped bit must not decode");
+                assert!(err.to_string().contains("raft log entry 42 is corrupt"), "{err}");
+            }
+        }
+        assert!(decode_entry(&[2, 1, 2]).is_err(), "too short for its checksum");
     }
 
     #[test]

@@ -224,7 +224,9 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
                         Ok::<_, std::convert::Infallible>(handle(state, identity, peer, req).await)
                     }
                 });
-                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                builder.http1().max_buf_size(MAX_HEADER_BYTES + (64 << 10));
+                builder.http2().max_header_list_size(MAX_HEADER_BYTES as u32);
                 let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc);
                 tokio::pin!(conn);
                 tokio::select! {
@@ -240,6 +242,10 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
     });
     Ok(ServingApi { addr, task })
 }
+
+/// The most a request's header block may hold (Go's `http.DefaultMaxHeaderBytes`, which
+/// kube-apiserver serves with): more gets 431 over HTTP/1.1, a refused stream over HTTP/2.
+pub const MAX_HEADER_BYTES: usize = 1 << 20;
 
 /// How long the readiness check's store read may take.
 const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(1500);
@@ -274,6 +280,7 @@ pub(crate) fn error_response(e: &ApiError) -> Response {
 }
 
 /// The requester: who, and who they authenticated as when impersonating.
+#[derive(Clone)]
 pub(crate) struct Caller {
     pub user: keelson_rbac::UserInfo,
     pub impersonator: Option<String>,
@@ -380,9 +387,16 @@ async fn handle(state: Arc<ApiState>, identity: Option<Identity>, peer: String, 
             tracing::Span::current().record("user", c.user.name.as_str());
         }
         let kind = crate::inflight::kind_of(&attrs);
-        let class = crate::inflight::priority::classify(&attrs, caller.as_ref().map(|c| &c.user));
         let limited = kind != crate::inflight::RequestKind::LongRunning;
-        let _slot = match state.inflight.admit(kind, &class) {
+        let deadline = match limited.then(|| request::request_deadline(&query)).transpose() {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::Span::current().record("code", e.code());
+                return error_response(&e);
+            }
+        };
+        let class = crate::inflight::priority::classify(&attrs, caller.as_ref().map(|c| &c.user));
+        let slot = match state.inflight.admit(kind, &class) {
             Ok(slot) => (slot, limited.then(|| state.metrics.in_flight(kind.label())), limited.then(|| state.metrics.executing(&class))),
             Err(refused) => {
                 state.metrics.dropped(kind.label());
@@ -394,7 +408,30 @@ async fn handle(state: Arc<ApiState>, identity: Option<Identity>, peer: String, 
             }
         };
         let started = std::time::Instant::now();
-        let result = dispatch(&state, r, caller.as_ref(), req).await;
+        let result = match deadline {
+            None => {
+                let _slot = slot;
+                dispatch(&state, r, caller.as_ref(), req).await
+            }
+            // Past its deadline the client gets 504 while the request runs on to its end
+            // (a write half done is never cut short), holding its seat until then, as
+            // kube-apiserver's timeout filter does.
+            Some(deadline) => {
+                let (state, caller) = (state.clone(), caller.clone());
+                let served = tokio::spawn(
+                    async move {
+                        let _slot = slot;
+                        dispatch(&state, r, caller.as_ref(), req).await
+                    }
+                    .instrument(tracing::Span::current()),
+                );
+                match tokio::time::timeout(deadline, served).await {
+                    Ok(Ok(result)) => result,
+                    Ok(Err(panicked)) => Err(ApiError::Internal(format!("the request's handler failed: {panicked}"))),
+                    Err(_) => Err(ApiError::Timeout(format!("request did not complete within requested timeout ({deadline:?})"))),
+                }
+            }
+        };
         let resp = match result {
             Ok(resp) => resp,
             Err(e) => {

@@ -184,6 +184,24 @@ pub fn query_i64(q: &HashMap<String, String>, key: &str) -> Result<Option<i64>, 
     }
 }
 
+/// How long a request that is not long-running may take (kube-apiserver's
+/// `--request-timeout` default).
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The time a request that is not long-running is given: its `timeout` parameter (Go's
+/// duration syntax, as `kubectl --request-timeout` sends it) held to [`REQUEST_TIMEOUT`],
+/// or that; 400 for a `timeout` that does not parse, as kube-apiserver answers.
+pub fn request_deadline(query: &HashMap<String, String>) -> Result<std::time::Duration, ApiError> {
+    match query.get("timeout").map(String::as_str) {
+        None | Some("") => Ok(REQUEST_TIMEOUT),
+        Some(t) => match keelson_apimachinery::duration::parse(t) {
+            Ok(d) if !d.is_zero() => Ok(d.min(REQUEST_TIMEOUT)),
+            Ok(_) => Ok(REQUEST_TIMEOUT),
+            Err(e) => Err(ApiError::BadRequest(format!("invalid timeout specified in the request URL: {e}"))),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,5 +280,17 @@ mod tests {
         assert!(query_bool(&parse_query(Some("watch=maybe")), "watch").is_err());
         assert_eq!(parse_query(Some("a=%zz%4"))["a"], "%zz%4");
         assert_eq!(parse_query(Some("fieldSelector=metadata.name%3Dweb-%41"))["fieldSelector"], "metadata.name=web-A", "an escape at the very end");
+    }
+
+    #[test]
+    fn a_timeout_parameter_shortens_the_request_deadline_never_lengthens_it() {
+        let q = |t: &str| parse_query(Some(&format!("timeout={t}")));
+        assert_eq!(request_deadline(&parse_query(None)).unwrap(), REQUEST_TIMEOUT);
+        assert_eq!(request_deadline(&q("1.5s")).unwrap(), std::time::Duration::from_millis(1500));
+        assert_eq!(request_deadline(&q("5m")).unwrap(), REQUEST_TIMEOUT);
+        assert_eq!(request_deadline(&q("0")).unwrap(), REQUEST_TIMEOUT);
+        let bad = request_deadline(&q("soon")).unwrap_err();
+        assert_eq!(bad.code(), 400);
+        assert!(bad.to_string().contains("invalid timeout"), "{bad}");
     }
 }

@@ -23,6 +23,10 @@ use super::priority::PriorityLevel;
 /// How long a flow counts toward its level's fair shares after its last request.
 pub const FLOW_WINDOW: Duration = Duration::from_secs(5);
 
+/// How often a level forgets the flows gone quiet for [`FLOW_WINDOW`] (so a flow may count
+/// up to this much longer; a take does not walk every flow).
+const PRUNE_EVERY: Duration = Duration::from_secs(1);
+
 const LEVELS: usize = PriorityLevel::LIMITED.len();
 
 /// Why a seat was refused (the `reason` label of the rejections metric).
@@ -56,13 +60,14 @@ pub struct SeatLedger {
     kept: [usize; LEVELS],
     in_use: [usize; LEVELS],
     flows: [HashMap<String, Flow>; LEVELS],
+    pruned: [Option<Instant>; LEVELS],
 }
 
 impl SeatLedger {
     pub fn new(size: usize) -> Self {
         let total: usize = PriorityLevel::LIMITED.iter().map(|l| l.nominal_shares()).sum();
         let kept = PriorityLevel::LIMITED.map(|l| size * l.nominal_shares() * (100 - l.lendable_percent()) / (100 * total));
-        Self { size, kept, in_use: [0; LEVELS], flows: Default::default() }
+        Self { size, kept, in_use: [0; LEVELS], flows: Default::default(), pruned: [None; LEVELS] }
     }
 
     /// The seats kept for `level`.
@@ -79,9 +84,15 @@ impl SeatLedger {
     /// given back with [`SeatLedger::give_back`]. The exempt level takes none.
     pub fn take(&mut self, level: PriorityLevel, flow: &str, now: Instant) -> Result<(), Refusal> {
         let Some(l) = level.index() else { return Ok(()) };
+        if self.pruned[l].is_none_or(|at| now.saturating_duration_since(at) >= PRUNE_EVERY) {
+            self.flows[l].retain(|_, f| f.held > 0 || now.saturating_duration_since(f.seen) < FLOW_WINDOW);
+            self.pruned[l] = Some(now);
+        }
         let flows = &mut self.flows[l];
-        flows.retain(|_, f| f.held > 0 || now.saturating_duration_since(f.seen) < FLOW_WINDOW);
-        let entry = flows.entry(flow.to_string()).or_insert(Flow { held: 0, seen: now });
+        let entry = match flows.get_mut(flow) {
+            Some(entry) => entry,
+            None => flows.entry(flow.to_string()).or_insert(Flow { held: 0, seen: now }),
+        };
         entry.seen = now;
         let held = entry.held;
         let others: usize = (0..LEVELS).filter(|m| *m != l).map(|m| self.in_use[m].max(self.kept[m])).sum();
@@ -90,7 +101,7 @@ impl SeatLedger {
             return Err(Refusal::ConcurrencyLimit);
         }
         let could_hold = self.in_use[l] + free;
-        let share = could_hold.div_ceil(flows.len()).max(1);
+        let share = could_hold.div_ceil(self.flows[l].len()).max(1);
         if held >= share {
             return Err(Refusal::FairShare);
         }
@@ -207,5 +218,39 @@ mod tests {
         assert_eq!(one.take(System, "node", now), Err(Refusal::ConcurrencyLimit), "one seat, taken");
         one.give_back(GlobalDefault, "alice");
         assert_eq!(one.take(System, "node", now), Ok(()));
+    }
+
+    proptest::proptest! {
+        /// Whatever the order of takes and give-backs over levels, flows and time, every
+        /// level can still take its kept seats: `Σ max(in use, kept) ≤ size`; and no flow
+        /// of a level holds more than the level does.
+        #[test]
+        fn kept_seats_stay_takeable_under_any_traffic(
+            size in 0usize..64,
+            steps in proptest::collection::vec((0usize..LEVELS, 0usize..5, proptest::bool::ANY, 0u64..3000), 1..400),
+        ) {
+            let mut ledger = SeatLedger::new(size);
+            let mut held: HashMap<(usize, usize), usize> = HashMap::new();
+            let mut now = Instant::now();
+            for (level, flow, take, advance_ms) in steps {
+                now += Duration::from_millis(advance_ms);
+                let (lvl, name) = (PriorityLevel::LIMITED[level], format!("flow-{flow}"));
+                let count = held.entry((level, flow)).or_default();
+                if take {
+                    if ledger.take(lvl, &name, now).is_ok() {
+                        *count += 1;
+                    }
+                } else if *count > 0 {
+                    ledger.give_back(lvl, &name);
+                    *count -= 1;
+                }
+                let claimed: usize = PriorityLevel::LIMITED.iter().map(|l| ledger.in_use(*l).max(ledger.kept(*l))).sum();
+                proptest::prop_assert!(claimed <= size, "claimed {} of {}", claimed, size);
+                for (i, l) in PriorityLevel::LIMITED.iter().enumerate() {
+                    let by_flows: usize = held.iter().filter(|((m, _), _)| *m == i).map(|(_, n)| n).sum();
+                    proptest::prop_assert_eq!(ledger.in_use(*l), by_flows);
+                }
+            }
+        }
     }
 }
