@@ -61,6 +61,11 @@ pub struct ClusterOptions {
     pub peer_cert_validity: Option<Duration>,
     /// How often the leader runs the corruption check (default: the replica's default).
     pub corruption_check: Option<Duration>,
+    /// Where the replicas' data directories go (`<dir>/keelson-<n>`), instead of a fresh
+    /// temporary directory: a test can mount a small file system at one of them first.
+    pub base_dir: Option<std::path::PathBuf>,
+    /// Each replica's free-space reserve (default: the replica's default).
+    pub disk_reserve: Option<u64>,
 }
 
 impl Default for ClusterOptions {
@@ -73,6 +78,8 @@ impl Default for ClusterOptions {
             tls: false,
             peer_cert_validity: None,
             corruption_check: None,
+            base_dir: None,
+            disk_reserve: None,
         }
     }
 }
@@ -144,7 +151,7 @@ impl TestCluster {
     pub async fn start(n: usize, opts: ClusterOptions) -> anyhow::Result<Self> {
         init_tracing();
         let dir = tempfile::tempdir()?;
-        let dir_path = dir.path().to_path_buf();
+        let dir_path = opts.base_dir.clone().unwrap_or_else(|| dir.path().to_path_buf());
         let pki = if opts.tls { Some(TestPki::new()?) } else { None };
         let mut c = Self { _dir: dir, slots: Vec::new(), opts, dir_path, pki, rotation: None };
         c.add(Bootstrap::ClusterInit).await?;
@@ -167,6 +174,9 @@ impl TestCluster {
         config.slow_watcher_timeout = self.opts.slow_watcher_timeout;
         if let Some(every) = self.opts.corruption_check {
             config.corruption_check = Some(every);
+        }
+        if let Some(reserve) = self.opts.disk_reserve {
+            config.disk_reserve = reserve;
         }
         config.metrics_addr = Some("127.0.0.1:0".parse().expect("address"));
         if let Some(pki) = &self.pki {

@@ -210,7 +210,9 @@ impl From<keelson_client::ClientError> for ApiError {
             ClientError::Store(StoreError::RequestTooLarge { size, limit }) => ApiError::TooLarge(format!(
                 "the object is too large to store: {size} bytes, the limit is {limit}"
             )),
-            ClientError::Store(e @ (StoreError::NoLeader(_) | StoreError::NotLeader { .. } | StoreError::Unavailable(_))) => {
+            ClientError::Store(
+                e @ (StoreError::NoLeader(_) | StoreError::NotLeader { .. } | StoreError::Unavailable(_) | StoreError::NoSpace(_)),
+            ) => {
                 ApiError::Unavailable(format!("storage is unavailable: {e}"))
             }
             ClientError::Store(e) => ApiError::Internal(e.to_string()),

@@ -163,6 +163,11 @@ pub enum StoreError {
     /// bytes, as [`TxnRequest::wire_size`](keelson_mvcc::TxnRequest::wire_size) counts).
     #[error("request is too large ({size} bytes; the limit is {limit})")]
     RequestTooLarge { size: u64, limit: u64 },
+    /// The leader's data directory, or a majority of the voters', is below its free-space
+    /// reserve; writes resume when space returns (or leadership moves to a replica with
+    /// space).
+    #[error("insufficient disk space: {0}")]
+    NoSpace(String),
 }
 
 /// Client → server messages on a watch stream.

@@ -4,6 +4,7 @@
 //! - [`state_machine`]: applies entries to [`keelson_mvcc::MvccStore`], publishes changes
 //!   to local watchers, builds and installs streamed file snapshots;
 //! - [`backup_file`]: the self-checking backup file around a snapshot;
+//! - [`disk_guard`]: the free-space reserve that keeps a replica off a full disk;
 //! - [`mem_log_store`]: a non-durable log store for tests (`keelson-rocks` has the real one);
 //! - [`network`] / [`transport_service`]: the replica-to-replica transport over gRPC.
 //!
@@ -11,6 +12,7 @@
 //! through [`keelson_mvcc::KvBackend`] and openraft's `RaftLogStorage`.
 
 pub mod backup_file;
+pub mod disk_guard;
 pub mod mem_log_store;
 pub mod network;
 pub mod snapshot_file;

@@ -16,11 +16,15 @@ use keelson_proto::v1::SnapshotChunk;
 use openraft::errors::{NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::network::v2::RaftNetworkV2;
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest, TransferLeaderResponse, VoteRequest,
+    VoteResponse,
+};
 use openraft::OptionalSend;
 use tokio::io::AsyncReadExt;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::disk_guard::{PeerSpaceReports, DISK_LOW_MARK};
 use crate::snapshot_file::SnapshotFile;
 use crate::types::{KeelsonRaft, MemberNode, NodeId, Vote};
 use crate::wire;
@@ -96,12 +100,19 @@ impl PeerDialer {
 #[derive(Clone, Default)]
 pub struct GrpcNetworkFactory {
     dialer: PeerDialer,
+    space: PeerSpaceReports,
 }
 
 impl GrpcNetworkFactory {
     /// A factory whose peers are dialed with `dialer`.
     pub fn new(dialer: PeerDialer) -> Self {
-        Self { dialer }
+        Self { dialer, space: PeerSpaceReports::default() }
+    }
+
+    /// The same factory recording peers' refusals for space in `space`.
+    pub fn with_space_reports(mut self, space: PeerSpaceReports) -> Self {
+        self.space = space;
+        self
     }
 }
 
@@ -109,7 +120,7 @@ impl RaftNetworkFactory<KeelsonRaft> for GrpcNetworkFactory {
     type Network = GrpcPeer;
 
     async fn new_client(&mut self, target: NodeId, node: &MemberNode) -> GrpcPeer {
-        GrpcPeer { target, addr: node.raft_addr.clone(), dialer: self.dialer.clone(), client: None }
+        GrpcPeer { target, addr: node.raft_addr.clone(), dialer: self.dialer.clone(), client: None, space: self.space.clone() }
     }
 }
 
@@ -119,6 +130,7 @@ pub struct GrpcPeer {
     addr: String,
     dialer: PeerDialer,
     client: Option<RaftTransportClient<Channel>>,
+    space: PeerSpaceReports,
 }
 
 impl GrpcPeer {
@@ -142,6 +154,11 @@ fn status_to_rpc(target: NodeId, s: tonic::Status) -> RPCError<KeelsonRaft> {
         }
         _ => RPCError::Network(NetworkError::from_string(format!("replica {target:x}: {s}"))),
     }
+}
+
+/// Whether a peer refused for want of disk space.
+fn is_space_refusal(s: &tonic::Status) -> bool {
+    s.code() == tonic::Code::ResourceExhausted && s.message().contains(DISK_LOW_MARK)
 }
 
 /// The gRPC request carrying `rpc`, with the RPC's deadline.
@@ -178,7 +195,18 @@ impl RaftNetworkV2<KeelsonRaft> for GrpcPeer {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<KeelsonRaft>, RPCError<KeelsonRaft>> {
         let req = request("append-entries", &rpc, &option)?;
-        let resp = self.client()?.append_entries(req).await.map_err(|s| status_to_rpc(self.target, s))?;
+        let resp = match self.client()?.append_entries(req).await {
+            Ok(resp) => {
+                self.space.accepted(self.target);
+                resp
+            }
+            Err(s) => {
+                if is_space_refusal(&s) {
+                    self.space.refused(self.target);
+                }
+                return Err(status_to_rpc(self.target, s));
+            }
+        };
         decode_reply("append-entries reply", resp.get_ref())
     }
 
@@ -206,6 +234,18 @@ impl RaftNetworkV2<KeelsonRaft> for GrpcPeer {
             }
             Err(s) => Err(status_to_rpc(self.target, s)),
         }
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<KeelsonRaft>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<KeelsonRaft>, RPCError<KeelsonRaft>> {
+        let call = request("transfer-leader", &req, &option)?;
+        let resp = self.client()?.transfer_leader(call).await.map_err(|s| status_to_rpc(self.target, s))?;
+        let res: Result<TransferLeaderResponse<KeelsonRaft>, openraft::errors::Fatal<KeelsonRaft>> =
+            wire::decode("transfer-leader reply", resp.get_ref()).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        res.map_err(|e| RPCError::Network(NetworkError::from_string(e.to_string())))
     }
 
     async fn full_snapshot(

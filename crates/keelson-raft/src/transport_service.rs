@@ -6,10 +6,11 @@ use futures::StreamExt;
 use keelson_mvcc::KvBackend;
 use keelson_proto::v1::raft_transport_server::RaftTransport;
 use keelson_proto::v1::{Envelope, SnapshotChunk};
-use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
 use tokio::io::AsyncWriteExt;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::disk_guard::DiskGuard;
 use crate::snapshot_file::SnapshotFile;
 use crate::types::{SnapshotMeta, Vote};
 use crate::{wire, KeelsonRaftNode};
@@ -19,11 +20,21 @@ pub struct RaftTransportService<B: KvBackend> {
     raft: KeelsonRaftNode<B>,
     /// Where incoming snapshots are spooled before they are installed.
     incoming_dir: PathBuf,
+    /// While it says the disk is low, nothing that would write to the log is taken.
+    disk: DiskGuard,
 }
 
 impl<B: KvBackend> RaftTransportService<B> {
-    pub fn new(raft: KeelsonRaftNode<B>, incoming_dir: PathBuf) -> Self {
-        Self { raft, incoming_dir }
+    pub fn new(raft: KeelsonRaftNode<B>, incoming_dir: PathBuf, disk: DiskGuard) -> Self {
+        Self { raft, incoming_dir, disk }
+    }
+
+    /// Refuses, while the disk is low, a message whose handling would write here.
+    fn admit(&self, writes: bool) -> Result<(), Status> {
+        if !writes {
+            return Ok(());
+        }
+        self.disk.admit().map_err(|e| Status::resource_exhausted(e.to_string()))
     }
 }
 
@@ -31,6 +42,9 @@ impl<B: KvBackend> RaftTransportService<B> {
 impl<B: KvBackend> RaftTransport for RaftTransportService<B> {
     async fn append_entries(&self, req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
         let rpc: AppendEntriesRequest<crate::KeelsonRaft> = wire::decode("append-entries", req.get_ref())?;
+        // Entries are refused; a heartbeat is taken even when it brings a new vote (a few
+        // bytes, what the reserve is for): so a deposed leader learns it was replaced.
+        self.admit(!rpc.entries.is_empty())?;
         let res = self.raft.append_entries(rpc).await;
         Ok(Response::new(wire::encode("append-entries reply", &res)?))
     }
@@ -49,7 +63,14 @@ impl<B: KvBackend> RaftTransport for RaftTransportService<B> {
         Ok(Response::new(wire::encode("pre-vote reply", &res)?))
     }
 
+    async fn transfer_leader(&self, req: Request<Envelope>) -> Result<Response<Envelope>, Status> {
+        let rpc: TransferLeaderRequest<crate::KeelsonRaft> = wire::decode("transfer-leader", req.get_ref())?;
+        let res = self.raft.handle_transfer_leader(rpc).await;
+        Ok(Response::new(wire::encode("transfer-leader reply", &res)?))
+    }
+
     async fn install_snapshot(&self, req: Request<Streaming<SnapshotChunk>>) -> Result<Response<Envelope>, Status> {
+        self.admit(true)?;
         let mut stream = req.into_inner();
         let first = stream
             .next()

@@ -61,7 +61,7 @@ async fn new_raft(id: NodeId, log: MemLogStore) -> (KeelsonRaftNode<MemBackend>,
 
 fn serve(raft: KeelsonRaftNode<MemBackend>, listener: TcpListener, dir: &std::path::Path) -> Server {
     let (stop, stopped) = oneshot::channel::<()>();
-    let svc = RaftTransportServer::new(RaftTransportService::new(raft, dir.join("incoming")));
+    let svc = RaftTransportServer::new(RaftTransportService::new(raft, dir.join("incoming"), keelson_raft::disk_guard::DiskGuard::new(dir, 0)));
     let task = tokio::spawn(
         tonic::transport::Server::builder().add_service(svc).serve_with_incoming_shutdown(
             tokio_stream::wrappers::TcpListenerStream::new(listener),

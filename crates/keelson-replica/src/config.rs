@@ -87,6 +87,9 @@ pub struct ReplicaConfig {
     pub backups: Option<crate::backup::BackupSchedule>,
     /// How often the leader compares every member's history digest (`None`: never).
     pub corruption_check: Option<Duration>,
+    /// Bytes kept free on the data directory's file system: below that the replica
+    /// appends nothing to its log (see [`keelson_raft::disk_guard`]). 0 = no reserve.
+    pub disk_reserve: u64,
 }
 
 impl ReplicaConfig {
@@ -106,6 +109,7 @@ impl ReplicaConfig {
             tls: None,
             backups: None,
             corruption_check: Some(crate::corruption::DEFAULT_INTERVAL),
+            disk_reserve: keelson_raft::disk_guard::DEFAULT_RESERVE_BYTES,
         }
     }
 

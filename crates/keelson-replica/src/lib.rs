@@ -7,6 +7,7 @@
 //!   leader), linearizable or serializable reads, watches, compaction, membership;
 //! - [`backup`]: consistent backups streamed from a running replica, and the restore of
 //!   a new cluster's first replica from one;
+//! - [`disk_space`]: a replica low on disk appends nothing and hands leadership over;
 //! - background tasks: batched ReadIndex, the leader's compactor, the metrics endpoint.
 //!
 //! Architecture invariant: every long-running task takes the replica's shutdown token.
@@ -16,6 +17,7 @@ mod batch_stream;
 pub mod config;
 mod compactor;
 mod corruption;
+pub mod disk_space;
 mod forward;
 mod grpc;
 pub mod identity;

@@ -67,11 +67,32 @@ const COUNTERS: [(&str, &str, Pick<ReplicaStats, crate::stats::Counter>); 14] = 
 /// Renders this replica's metrics in the Prometheus text format (without the
 /// OpenMetrics `# EOF` line, so other components' metrics can follow on the page).
 pub fn render(replica: &Replica) -> String {
-    encode(&replica.status(), &replica.state().store.backend().engine_sizes(), replica.stats(), replica.snapshot_bytes())
+    let disk = &replica.inner.disk;
+    let space = DiskSpace { free: disk.free_bytes(), reserve: disk.reserve_bytes(), low: disk.is_low(), refused: disk.refused() };
+    encode(&replica.status(), &replica.state().store.backend().engine_sizes(), replica.stats(), replica.snapshot_bytes(), space)
 }
 
-fn encode(status: &MemberStatus, sizes: &[EngineSize], stats: &ReplicaStats, snapshot_bytes: u64) -> String {
+/// The data directory's free-space figures at render time.
+#[derive(Clone, Copy, Debug)]
+struct DiskSpace {
+    free: u64,
+    reserve: u64,
+    low: bool,
+    refused: u64,
+}
+
+fn encode(status: &MemberStatus, sizes: &[EngineSize], stats: &ReplicaStats, snapshot_bytes: u64, space: DiskSpace) -> String {
     let mut registry = Registry::default();
+    for (name, help, value) in [
+        ("keelson_storage_free_bytes", "Free bytes on the data directory's file system (at the last measurement)", space.free.min(i64::MAX as u64) as i64),
+        ("keelson_storage_reserve_bytes", "Free bytes the replica keeps on its data directory; below that it appends nothing", space.reserve.min(i64::MAX as u64) as i64),
+        ("keelson_storage_space_low", "1 while the data directory is below its reserve and the replica appends nothing", i64::from(space.low)),
+        ("keelson_storage_appends_refused", "Appends, votes and snapshots this replica refused for want of disk space", space.refused as i64),
+    ] {
+        let gauge = Gauge::<i64>::default();
+        gauge.set(value);
+        registry.register(name, help, gauge);
+    }
     let snapshot = Gauge::<i64>::default();
     snapshot.set(snapshot_bytes as i64);
     registry.register("keelson_raft_snapshot_bytes", "Size of this replica's current snapshot file", snapshot);
@@ -147,11 +168,14 @@ mod tests {
         stats.writes.inc_by(7);
         stats.proposals_committed.inc();
         stats.proposal_duration.observe(0.003);
-        let text = encode(&status, &[("state", 10, 20, 30), ("raft_log", 1, 2, 3)], &stats, 4096);
+        let text = encode(&status, &[("state", 10, 20, 30), ("raft_log", 1, 2, 3)], &stats, 4096, DiskSpace { free: 1 << 30, reserve: 64 << 20, low: true, refused: 3 });
         for line in [
             "# TYPE keelson_raft_is_leader gauge\nkeelson_raft_is_leader 1\n",
             "\nkeelson_raft_term 3\n",
             "\nkeelson_store_revision 42\n",
+            "\nkeelson_storage_space_low 1\n",
+            "\nkeelson_storage_free_bytes 1073741824\n",
+            "\nkeelson_storage_appends_refused 3\n",
             "\nkeelson_raft_cluster_log_format 2\n",
             "\nkeelson_raft_snapshot_bytes 4096\n",
             "\nkeelson_raft_proposals_committed_total 1\n",

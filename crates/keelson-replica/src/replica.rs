@@ -69,6 +69,10 @@ pub(crate) struct ReplicaInner {
     pub log_format: crate::log_format::LogFormatGate,
     /// What the last corruption check this replica led found (see [`crate::corruption`]).
     pub corrupt: std::sync::Mutex<Vec<NodeId>>,
+    /// The data directory's free-space reserve (see [`crate::disk_space`]).
+    pub disk: keelson_raft::disk_guard::DiskGuard,
+    /// Peers that refused this replica's appends for space.
+    pub peer_space: keelson_raft::disk_guard::PeerSpaceReports,
 }
 
 /// Cached gRPC channels to other replicas, by address, dialed as the replica's
@@ -331,6 +335,9 @@ impl Replica {
         if !self.is_leader() {
             return not_leader(self.leader().map(|l| l.0));
         }
+        if let Some(e) = self.space_refusal() {
+            return (0..n).map(|_| Err(e.clone())).collect();
+        }
         // An item forwarded inside a recorded trace is written in it (the follower's
         // proposal span is its parent); the others as any proposal here.
         let mut traces = traces.into_iter();
@@ -409,6 +416,17 @@ impl Replica {
                 Some(_) => tracing::info_span!("raft-propose", leader = self.inner.id, term = tracing::field::Empty, index = tracing::field::Empty),
                 None => tracing::Span::none(),
             };
+            // A leader low on disk appends nothing: it waits for its hand-over (then the
+            // write is forwarded) or, past the deadline or with a majority low, refuses.
+            if self.is_leader() {
+                if let Some(e) = self.space_refusal() {
+                    if Instant::now() >= deadline || !self.inner.disk.is_low() {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            }
             let entry = span.in_scope(|| LogCommand::proposed(cmd.clone(), self.inner.log_format.cluster()));
             let appended = std::time::Instant::now();
             let written = tracing::Instrument::instrument(self.inner.raft.client_write(entry), span.clone()).await;

@@ -130,7 +130,10 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
     let raft_config = Arc::new(
         keelson_raft::default_config(&cfg.cluster_name, cfg.log_retention).validate().map_err(|e| StartError::Raft(e.to_string()))?,
     );
-    let raft = openraft::Raft::new(ident.id, raft_config, GrpcNetworkFactory::new(dialer.clone()), log_store, sm)
+    let disk = keelson_raft::disk_guard::DiskGuard::new(&cfg.data_dir, cfg.disk_reserve);
+    let peer_space = keelson_raft::disk_guard::PeerSpaceReports::default();
+    let network = GrpcNetworkFactory::new(dialer.clone()).with_space_reports(peer_space.clone());
+    let raft = openraft::Raft::new(ident.id, raft_config, network, log_store, sm)
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
 
@@ -150,11 +153,13 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
             stats: ReplicaStats::default(),
             log_format: Default::default(),
             corrupt: Default::default(),
+            disk: disk.clone(),
+            peer_space,
         }),
     };
 
     let mut tasks = Vec::new();
-    let transport = RaftTransportService::new(raft.clone(), replica.inner.state.snapshot_dir().join("incoming"));
+    let transport = RaftTransportService::new(raft.clone(), replica.inner.state.snapshot_dir().join("incoming"), disk);
     let grpc = server
         .add_service(
             RaftTransportServer::new(transport).max_decoding_message_size(256 << 20).max_encoding_message_size(256 << 20),
@@ -193,6 +198,7 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
     tasks.push(tokio::spawn(crate::compactor::run(replica.clone(), cfg.compaction.clone(), shutdown.clone())));
     tasks.push(tokio::spawn(crate::log_format::run(replica.clone(), shutdown.clone())));
     tasks.push(tokio::spawn(crate::stats::count_leader_changes(replica.clone(), shutdown.clone())));
+    tasks.push(tokio::spawn(crate::disk_space::run(replica.clone(), shutdown.clone())));
     if let Some(every) = cfg.corruption_check {
         tasks.push(tokio::spawn(crate::corruption::run(replica.clone(), every, shutdown.clone())));
     }

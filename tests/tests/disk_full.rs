@@ -1,0 +1,163 @@
+//! A replica whose disk fills: one replica's data directory on its own small tmpfs, filled
+//! by the test. The replica stops appending (a clear error, a metric), leadership leaves it,
+//! the other replicas keep taking writes, and once space returns it catches up.
+//!
+//! Needs root (to mount the tmpfs). Under CI (`CI` set) it runs; elsewhere a non-root run
+//! skips and says so.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use keelson_client::api::ReadConsistency;
+use keelson_mvcc::{KeyRange, RangeRequest};
+use keelson_tests::{ClusterOptions, TestCluster};
+
+const RESERVE: u64 = 32 << 20;
+
+/// A tmpfs mounted for the test, unmounted on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size_mib: u64) -> Self {
+        std::fs::create_dir_all(at).expect("mount point");
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size_mib}m"), "keelson-test-disk"])
+            .arg(at)
+            .status()
+            .expect("run mount");
+        assert!(ok.success(), "mount tmpfs at {}", at.display());
+        Self(at.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
+}
+
+/// Fills the file system holding `dir` with `fill`, then gives back `leave` bytes.
+fn fill_leaving(fill: &Path, leave: u64) {
+    let mut f = std::fs::File::create(fill).expect("fill file");
+    let chunk = vec![0u8; 1 << 20];
+    let mut written = 0u64;
+    loop {
+        match f.write(&chunk) {
+            Ok(0) => break,
+            Ok(n) => written += n as u64,
+            Err(_) => break,
+        }
+    }
+    f.set_len(written.saturating_sub(leave)).expect("give space back");
+    f.sync_all().ok();
+}
+
+fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+async fn eventually<F: FnMut() -> bool>(what: &str, limit: Duration, mut ok: F) {
+    let deadline = Instant::now() + limit;
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_whose_disk_fills_stops_appending_hands_over_leadership_and_catches_up_when_space_returns() {
+    if !is_root() {
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root; this test needs root to mount a tmpfs");
+        eprintln!("SKIPPED: disk-full test needs root (mount a tmpfs); run as root or in CI");
+        return;
+    }
+    let base = tempfile::tempdir().expect("tempdir");
+    // Replica index 0 (keelson-1) initializes the cluster and so starts as leader: its disk
+    // is the one that fills, so leadership has to move.
+    let small = Tmpfs::mount(&base.path().join("keelson-1"), 256);
+    let opts = ClusterOptions { base_dir: Some(base.path().to_path_buf()), disk_reserve: Some(RESERVE), ..Default::default() };
+    let cluster = TestCluster::start(3, opts).await.expect("cluster");
+    let all = cluster.client_all(1);
+    all.put(b"/disk/before", b"1").await.expect("write before");
+
+    let full = cluster.running(0).expect("running").replica.clone();
+    let full_id = full.id();
+    fill_leaving(&small.0.join("fill"), 8 << 20);
+    eventually("the replica reports its disk low", Duration::from_secs(10), || {
+        metric(&keelson_replica::metrics::render(&full), "keelson_storage_space_low") == Some(1)
+    })
+    .await;
+    // Leadership leaves the full replica.
+    eventually("leadership moves off the full replica", Duration::from_secs(20), || {
+        let other = cluster.running(1).expect("running").replica.leader();
+        other.is_some_and(|(id, _)| id != full_id)
+    })
+    .await;
+
+    // The others keep taking writes, through any replica (the full one forwards).
+    for i in 0..30 {
+        let c = cluster.client(i % 3);
+        let mut tries = 0;
+        loop {
+            match c.put(format!("/disk/during/{i:02}").as_bytes(), b"x").await {
+                Ok(_) => break,
+                Err(e) if tries < 20 => {
+                    tries += 1;
+                    eprintln!("write {i} through replica {} retried: {e}", i % 3);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("write {i} during the full disk failed: {e}"),
+            }
+        }
+    }
+    let text = keelson_replica::metrics::render(&full);
+    assert!(metric(&text, "keelson_storage_appends_refused").unwrap_or(0) > 0, "the full replica refused appends:\n{text}");
+    assert!(metric(&text, "keelson_storage_free_bytes").expect("free bytes") < RESERVE);
+    // Nothing written during the fault reached its log.
+    let count = |c: &keelson_client::StoreClient| {
+        let c = c.clone();
+        async move {
+            c.range(
+                RangeRequest { range: KeyRange::prefix("/disk/during/"), count_only: true, ..Default::default() },
+                ReadConsistency::Serializable,
+            )
+            .await
+            .expect("count")
+            .response
+            .count
+        }
+    };
+    assert_eq!(count(&cluster.client(0)).await, 0, "the full replica applied nothing new");
+    assert_eq!(count(&cluster.client(1)).await, 30);
+
+    // Space returns: the replica appends again and catches up from the log.
+    std::fs::remove_file(small.0.join("fill")).expect("free the space");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if count(&cluster.client(0)).await == 30 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica caught up after space returned");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eventually("the low-space metric clears", Duration::from_secs(10), || {
+        metric(&keelson_replica::metrics::render(&full), "keelson_storage_space_low") == Some(0)
+    })
+    .await;
+    // And it takes its part again: a write through it, read back linearizably from it.
+    cluster.client(0).put(b"/disk/after", b"2").await.expect("write after");
+    let r = cluster
+        .client(0)
+        .range(RangeRequest { range: KeyRange::single("/disk/after"), ..Default::default() }, ReadConsistency::Linearizable)
+        .await
+        .expect("read after");
+    assert_eq!(r.response.kvs.len(), 1);
+    drop(cluster);
+    drop(small);
+}
