@@ -158,6 +158,6 @@ async fn a_replica_whose_disk_fills_stops_appending_hands_over_leadership_and_ca
         .await
         .expect("read after");
     assert_eq!(r.response.kvs.len(), 1);
-    drop(cluster);
+    cluster.shutdown().await;
     drop(small);
 }
