@@ -2,6 +2,8 @@
 //! by the test. The replica stops appending (a clear error, a metric), leadership leaves it,
 //! the other replicas keep taking writes, and once space returns it catches up.
 //!
+//! With a majority of voters low, writes fail with a clear error and reads are served.
+//!
 //! Needs root (to mount the tmpfs). Under CI (`CI` set) it runs; elsewhere a non-root run
 //! skips and says so.
 
@@ -158,6 +160,94 @@ async fn a_replica_whose_disk_fills_stops_appending_hands_over_leadership_and_ca
         .await
         .expect("read after");
     assert_eq!(r.response.kvs.len(), 1);
+    cluster.shutdown().await;
+    drop(small);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_a_majority_low_on_disk_writes_fail_cleanly_reads_are_served_and_nothing_acknowledged_is_lost() {
+    if !is_root() {
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root; this test needs root to mount a tmpfs");
+        eprintln!("SKIPPED: disk-full test needs root (mount a tmpfs); run as root or in CI");
+        return;
+    }
+    let base = tempfile::tempdir().expect("tempdir");
+    let small: Vec<Tmpfs> = ["keelson-2", "keelson-3"].iter().map(|n| Tmpfs::mount(&base.path().join(n), 256)).collect();
+    let opts = ClusterOptions { base_dir: Some(base.path().to_path_buf()), disk_reserve: Some(RESERVE), ..Default::default() };
+    let cluster = TestCluster::start(3, opts).await.expect("cluster");
+    cluster.client_all(0).put(b"/maj/before", b"1").await.expect("write before");
+    let healthy_id = cluster.running(0).expect("running").replica.id();
+
+    for fs in &small {
+        fill_leaving(&fs.0.join("fill"), 8 << 20);
+    }
+    for i in [1, 2] {
+        let r = cluster.running(i).expect("running").replica.clone();
+        eventually("a filled replica reports its disk low", Duration::from_secs(10), || {
+            metric(&keelson_replica::metrics::render(&r), "keelson_storage_space_low") == Some(1)
+        })
+        .await;
+    }
+    // Only the healthy replica may lead; a low one hands leadership over to it.
+    eventually("the replica with space leads", Duration::from_secs(20), || {
+        cluster.running(0).expect("running").replica.leader().is_some_and(|(id, _)| id == healthy_id)
+    })
+    .await;
+
+    // The first write may be appended before the peers have refused once: its outcome
+    // waits for space. Later writes are refused at once, with the reason.
+    let pending = tokio::spawn({
+        let c = cluster.client(0);
+        async move { c.put(b"/maj/pending", b"p").await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let refusal = loop {
+        assert!(Instant::now() < deadline, "writes were never refused for space");
+        match tokio::time::timeout(Duration::from_secs(2), cluster.client(0).put(b"/maj/refused", b"r")).await {
+            Ok(Err(e)) if e.to_string().contains("insufficient disk space") => break e.to_string(),
+            Ok(Err(e)) => eprintln!("write refused otherwise: {e}"),
+            Ok(Ok(_)) => panic!("a write was acknowledged with a majority of voters out of space"),
+            Err(_) => eprintln!("write still waiting for a commit"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(refusal.contains("majority"), "{refusal}");
+    // Reads are served, linearizably, by every replica.
+    for i in 0..3 {
+        let r = cluster
+            .client(i)
+            .range(RangeRequest { range: KeyRange::single("/maj/before"), ..Default::default() }, ReadConsistency::Linearizable)
+            .await
+            .unwrap_or_else(|e| panic!("linearizable read on replica {i} with a majority low: {e}"));
+        assert_eq!(r.response.kvs.len(), 1);
+    }
+
+    // Space returns: the waiting write commits, new writes are taken, and every replica
+    // has all that was acknowledged.
+    for fs in &small {
+        std::fs::remove_file(fs.0.join("fill")).expect("free the space");
+    }
+    tokio::time::timeout(Duration::from_secs(30), pending)
+        .await
+        .expect("the waiting write finishes once space returns")
+        .expect("task")
+        .expect("the waiting write commits");
+    let mut tries = 0;
+    while let Err(e) = cluster.client(1).put(b"/maj/after", b"a").await {
+        tries += 1;
+        assert!(tries < 50, "writes resume after space returned: {e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for i in 0..3 {
+        for key in ["/maj/before", "/maj/pending", "/maj/after"] {
+            let r = cluster
+                .client(i)
+                .range(RangeRequest { range: KeyRange::single(key), ..Default::default() }, ReadConsistency::Linearizable)
+                .await
+                .expect("read after");
+            assert_eq!(r.response.kvs.len(), 1, "{key} on replica {i}");
+        }
+    }
     cluster.shutdown().await;
     drop(small);
 }

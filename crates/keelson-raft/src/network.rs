@@ -169,12 +169,13 @@ fn request<T: serde::Serialize>(what: &'static str, rpc: &T, option: &RPCOption)
     Ok(req)
 }
 
-fn decode_reply<T: serde::de::DeserializeOwned>(
+/// A peer's reply: its result, its error (a `RaftError`, or `Fatal` for a transfer)
+/// counted as a network error.
+fn decode_reply<T: serde::de::DeserializeOwned, E: serde::de::DeserializeOwned + fmt::Display>(
     what: &'static str,
     env: &keelson_proto::v1::Envelope,
 ) -> Result<T, RPCError<KeelsonRaft>> {
-    let res: Result<T, RaftError<KeelsonRaft>> =
-        wire::decode(what, env).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+    let res: Result<T, E> = wire::decode(what, env).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
     res.map_err(|e| RPCError::Network(NetworkError::from_string(e.to_string())))
 }
 
@@ -197,7 +198,10 @@ impl RaftNetworkV2<KeelsonRaft> for GrpcPeer {
         let req = request("append-entries", &rpc, &option)?;
         let resp = match self.client()?.append_entries(req).await {
             Ok(resp) => {
-                self.space.accepted(self.target);
+                // Heartbeats are taken even by a peer low on space: only entries clear it.
+                if !rpc.entries.is_empty() {
+                    self.space.accepted(self.target);
+                }
                 resp
             }
             Err(s) => {
@@ -207,7 +211,7 @@ impl RaftNetworkV2<KeelsonRaft> for GrpcPeer {
                 return Err(status_to_rpc(self.target, s));
             }
         };
-        decode_reply("append-entries reply", resp.get_ref())
+        decode_reply::<_, RaftError<KeelsonRaft>>("append-entries reply", resp.get_ref())
     }
 
     async fn vote(
@@ -217,7 +221,7 @@ impl RaftNetworkV2<KeelsonRaft> for GrpcPeer {
     ) -> Result<VoteResponse<KeelsonRaft>, RPCError<KeelsonRaft>> {
         let req = request("vote", &rpc, &option)?;
         let resp = self.client()?.vote(req).await.map_err(|s| status_to_rpc(self.target, s))?;
-        decode_reply("vote reply", resp.get_ref())
+        decode_reply::<_, RaftError<KeelsonRaft>>("vote reply", resp.get_ref())
     }
 
     async fn pre_vote(
@@ -227,7 +231,7 @@ impl RaftNetworkV2<KeelsonRaft> for GrpcPeer {
     ) -> Result<VoteResponse<KeelsonRaft>, RPCError<KeelsonRaft>> {
         let req = request("pre-vote", &rpc, &option)?;
         match self.client()?.pre_vote(req).await {
-            Ok(resp) => decode_reply("pre-vote reply", resp.get_ref()),
+            Ok(resp) => decode_reply::<_, RaftError<KeelsonRaft>>("pre-vote reply", resp.get_ref()),
             Err(s) if s.code() == tonic::Code::Unimplemented => {
                 tracing::debug!(peer = self.target, "peer has no PreVote RPC (older server); counted as granting");
                 Ok(pre_vote_granted_by_default(rpc))
@@ -243,9 +247,7 @@ impl RaftNetworkV2<KeelsonRaft> for GrpcPeer {
     ) -> Result<TransferLeaderResponse<KeelsonRaft>, RPCError<KeelsonRaft>> {
         let call = request("transfer-leader", &req, &option)?;
         let resp = self.client()?.transfer_leader(call).await.map_err(|s| status_to_rpc(self.target, s))?;
-        let res: Result<TransferLeaderResponse<KeelsonRaft>, openraft::errors::Fatal<KeelsonRaft>> =
-            wire::decode("transfer-leader reply", resp.get_ref()).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        res.map_err(|e| RPCError::Network(NetworkError::from_string(e.to_string())))
+        decode_reply::<_, openraft::errors::Fatal<KeelsonRaft>>("transfer-leader reply", resp.get_ref())
     }
 
     async fn full_snapshot(

@@ -48,7 +48,6 @@ impl Replica {
 /// Measures the data directory's free space until `shutdown`, switching elections off
 /// while it is low and moving leadership away from this replica.
 pub(crate) async fn run(replica: Replica, shutdown: CancellationToken) {
-    let mut was_low = false;
     let mut last_transfer: Option<(Instant, NodeId)> = None;
     loop {
         tokio::select! {
@@ -56,10 +55,7 @@ pub(crate) async fn run(replica: Replica, shutdown: CancellationToken) {
             _ = tokio::time::sleep(SAMPLE_EVERY) => {}
         }
         let low = replica.inner.disk.check().is_err();
-        if low != was_low {
-            replica.raft().runtime_config().elect(!low);
-            was_low = low;
-        }
+        replica.raft().runtime_config().elect(!low);
         if !low || !replica.is_leader() {
             last_transfer = None;
             continue;
