@@ -6,6 +6,7 @@ mod metrics_api;
 mod patch;
 mod node_admission;
 mod node_proxy;
+mod websocket_handshake;
 mod review;
 pub mod negotiate;
 pub mod request;

@@ -115,6 +115,76 @@ impl KubeletClient {
     }
 }
 
+impl KubeletClient {
+    /// A WebSocket exec or attach, answered to the client before the session opens on the
+    /// agent. client-go registers its channels only once its handshake has returned and
+    /// drops what arrives on a channel not yet registered ("Unknown stream id 1, discarding
+    /// message"); proxying the agent's `101` would let a quick command's output follow it
+    /// in the same packet. So, as kube-apiserver does, the agent is dialled first (an
+    /// unreachable agent is still a 503), the client gets its `101`, and only then is the
+    /// session asked of the agent, so the command starts a round trip after kubectl's
+    /// handshake. If the agent refuses, its `Status` goes out on the error channel.
+    async fn remote_command_websocket(&self, addr: &str, host: &str, path: &str, protocol: &'static str, mut req: axum::extract::Request) -> Result<Response, ApiError> {
+        use super::websocket_handshake::{accept_key, failed_session_frames};
+        let (key, version) = {
+            let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+            (header("sec-websocket-key"), header("sec-websocket-version").unwrap_or_else(|| "13".into()))
+        };
+        let Some(key) = key else { return Err(ApiError::BadRequest("a WebSocket upgrade needs a Sec-WebSocket-Key".into())) };
+        let method = req.method().clone();
+        let mut sender = self.connect(addr, host).await?;
+        let upstream = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", addr)
+            .header("connection", "Upgrade")
+            .header("upgrade", "websocket")
+            .header("sec-websocket-version", version)
+            .header("sec-websocket-key", &key)
+            .header("sec-websocket-protocol", protocol)
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let client_side = hyper::upgrade::on(&mut req);
+        let addr = addr.to_string();
+        let span = tracing::info_span!("remote-command-proxy", agent = %addr, protocol);
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                use tokio::io::AsyncWriteExt;
+                let Ok(client) = client_side.await else { return };
+                let mut client = TokioIo::new(client);
+                let mut resp = match sender.send_request(upstream).await {
+                    Ok(resp) => resp,
+                    Err(e) => {
+                        let message = format!("error dialing backend: the node agent at {addr}: {e}");
+                        let _ = client.write_all(&failed_session_frames(502, message.as_bytes())).await;
+                        return;
+                    }
+                };
+                if resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+                    let code = resp.status().as_u16();
+                    let body = http_body_util::Limited::new(resp.into_body(), 64 << 10);
+                    let body = http_body_util::BodyExt::collect(body).await.map(|b| b.to_bytes()).unwrap_or_default();
+                    tracing::info!(code, "the node agent refused the session");
+                    let _ = client.write_all(&failed_session_frames(code, &body)).await;
+                    let _ = client.shutdown().await;
+                    return;
+                }
+                let Ok(agent) = hyper::upgrade::on(&mut resp).await else { return };
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut TokioIo::new(agent)).await;
+            },
+            span,
+        ));
+        Response::builder()
+            .status(http::StatusCode::SWITCHING_PROTOCOLS)
+            .header("connection", "Upgrade")
+            .header("upgrade", "websocket")
+            .header("sec-websocket-accept", accept_key(&key))
+            .header("sec-websocket-protocol", protocol)
+            .body(Body::empty())
+            .map_err(|e| ApiError::Internal(e.to_string()))
+    }
+}
+
 /// The WebSocket subprotocol of tunnelled port-forwarding (kubectl 1.31+).
 pub const PORT_FORWARD_TUNNEL_PROTOCOL: &str = "SPDY/3.1+portforward.k8s.io";
 
@@ -348,6 +418,12 @@ pub(crate) async fn pod_remote_command(kubelet: Option<&KubeletClient>, kind: Re
     let upgrade = req.headers().get("upgrade").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     let sub = if kind == RemoteCommand::Exec { "pods/exec" } else { "pods/attach" };
     tracing::info!(pod = pod_name, node = node_name, upgrade = %upgrade, "{sub}");
+    if upgrade.eq_ignore_ascii_case("websocket") {
+        let offered = req.headers().get_all("sec-websocket-protocol").iter().filter_map(|v| v.to_str().ok());
+        if let Some(protocol) = super::websocket_handshake::remote_command_protocol(offered) {
+            return kubelet.remote_command_websocket(&addr, &host, &path, protocol, req).await;
+        }
+    }
     kubelet.upgrade(&addr, &host, &path, req).await
 }
 
