@@ -104,6 +104,10 @@ pub struct ServerArgs {
     /// Scheduled backups kept; older ones are removed.
     #[arg(long, default_value_t = 5)]
     backup_retention: usize,
+    /// Free space this server keeps on its data directory's file system (a quantity:
+    /// `64Mi`, `1Gi`, `0` for none); below it the server appends nothing to its log.
+    #[arg(long, default_value = "64Mi", value_parser = parse_byte_quantity)]
+    storage_reserve: u64,
     /// Extra names (DNS or IP) for the API serving certificate.
     #[arg(long = "tls-san")]
     tls_sans: Vec<String>,
@@ -116,6 +120,14 @@ impl ServerArgs {
     pub fn name(&self) -> &str {
         &self.name
     }
+}
+
+/// A byte count written as a Kubernetes quantity (`64Mi`, `1G`, `500000`), for flags.
+fn parse_byte_quantity(s: &str) -> Result<u64, String> {
+    let milli = keelson_apimachinery::quantity::parse_quantity_milli(s)
+        .ok_or_else(|| format!("{s:?} is not a quantity of bytes (for example 64Mi, 1Gi, 0)"))?;
+    let milli = u128::try_from(milli).map_err(|_| format!("{s:?}: a byte count cannot be negative"))?;
+    u64::try_from(milli.div_ceil(1000)).map_err(|_| format!("{s:?} is too large"))
 }
 
 /// Where clients reach this server's API: the API listen address, or (when it is a
@@ -259,6 +271,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         every: args.backup_every,
         keep: args.backup_retention.max(1),
     });
+    cfg.disk_reserve = args.storage_reserve;
     cfg.advertise_addr = args.advertise;
     cfg.metrics_addr = args.metrics_addr;
     cfg.log_retention = keelson_raft::LogRetention { snapshot_every: args.snapshot_every.max(1), keep_behind_snapshot: args.keep_logs };
@@ -322,4 +335,19 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     components.stop().await;
     running.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_byte_quantity;
+
+    #[test]
+    fn storage_reserve_takes_byte_quantities() {
+        assert_eq!(parse_byte_quantity("64Mi"), Ok(64 << 20));
+        assert_eq!(parse_byte_quantity("1G"), Ok(1_000_000_000));
+        assert_eq!(parse_byte_quantity("0"), Ok(0));
+        assert_eq!(parse_byte_quantity("1.5Ki"), Ok(1536));
+        assert!(parse_byte_quantity("-1Mi").unwrap_err().contains("negative"));
+        assert!(parse_byte_quantity("lots").unwrap_err().contains("not a quantity of bytes"));
+    }
 }

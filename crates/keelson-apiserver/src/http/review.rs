@@ -44,8 +44,29 @@ fn user_json(u: &UserInfo) -> Value {
 }
 
 /// Handles a POST to a virtual resource on behalf of `caller`.
+/// The review's `spec`: the body must be an object and its `spec`, when set, one too
+/// (as Kubernetes' decoding into the review's struct requires), else a 400.
+fn review_spec(body: &Value) -> Result<Value, ApiError> {
+    let kind = |v: &Value| match v {
+        Value::Array(_) => "sequence",
+        Value::String(_) => "string",
+        Value::Number(_) => "number",
+        Value::Bool(_) => "boolean",
+        Value::Null => "null",
+        Value::Object(_) => "object",
+    };
+    if !body.is_object() {
+        return Err(ApiError::BadRequest(format!("expected a JSON object, got {}", kind(body))));
+    }
+    match body.get("spec") {
+        None | Some(Value::Null) => Ok(json!({})),
+        Some(spec @ Value::Object(_)) => Ok(spec.clone()),
+        Some(other) => Err(ApiError::BadRequest(format!("spec: expected a JSON object, got {}", kind(other)))),
+    }
+}
+
 pub(crate) async fn handle(state: &Arc<ApiState>, v: &VirtualRequest, caller: &UserInfo, body: Value) -> Result<Value, ApiError> {
-    let spec = body.get("spec").cloned().unwrap_or(json!({}));
+    let spec = review_spec(&body)?;
     let status = match v.def.plural {
         "selfsubjectaccessreviews" => {
             let attrs = attributes_from_spec(&spec, None)?;
@@ -113,8 +134,8 @@ pub(crate) async fn service_account_uid(state: &ApiState, ns: &str, name: &str) 
 /// `POST serviceaccounts/NAME/token`: a TokenRequest answered with a signed token.
 pub(crate) async fn token_request(state: &Arc<ApiState>, ns: &str, name: &str, body: Value) -> Result<Value, ApiError> {
     let signer = state.authn.signer().ok_or_else(|| ApiError::Unavailable("this server has no service-account signing key".into()))?;
+    let spec = review_spec(&body)?;
     let uid = service_account_uid(state, ns, name).await?.ok_or_else(|| ApiError::not_found("serviceaccounts", name))?;
-    let spec = body.get("spec").cloned().unwrap_or(json!({}));
     let ttl = spec.get("expirationSeconds").and_then(Value::as_i64).unwrap_or(3600);
     if ttl < 600 {
         return Err(ApiError::invalid("TokenRequest", "authentication.k8s.io", name, vec![crate::error::Cause::invalid("spec.expirationSeconds", "may not specify a duration less than 10 minutes")]));
@@ -174,4 +195,19 @@ pub(crate) async fn impersonate(state: &ApiState, caller: UserInfo, headers: &ht
     let mut u = user(name, g);
     u.uid = uid.unwrap_or_default();
     Ok((u, Some(caller.name)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_review_body_and_its_spec_must_be_objects() {
+        // schemathesis found `[null, null]` panicking the handler (a 500).
+        assert_eq!(review_spec(&json!([null, null])).unwrap_err().to_string(), ApiError::BadRequest("expected a JSON object, got sequence".into()).to_string());
+        assert!(review_spec(&json!({"spec": [1]})).unwrap_err().to_string().contains("spec: expected a JSON object, got sequence"));
+        assert_eq!(review_spec(&json!({"kind": "TokenReview"})).unwrap(), json!({}));
+        assert_eq!(review_spec(&json!({"spec": null})).unwrap(), json!({}));
+        assert_eq!(review_spec(&json!({"spec": {"token": "t"}})).unwrap(), json!({"token": "t"}));
+    }
 }
