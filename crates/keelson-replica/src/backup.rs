@@ -4,7 +4,8 @@
 //!   with a linearizable read (so every write acknowledged before the call is in it),
 //!   writes a snapshot file from one consistent view of its store into its snapshot
 //!   directory (never held in memory), streams it in 1 MiB chunks with the SHA-256 of all
-//!   of them at the end, and removes the file however the stream ends.
+//!   of them at the end, and removes the file however the stream ends. Scheduled
+//!   backups ([`run_schedule`]) export and read the same way (`export_current`).
 //! - [`save`]: a client's side of that stream, written as a self-checking backup file;
 //!   [`run_schedule`]: a server's own scheduled backups, with retention.
 //! - [`restore`]: builds the data directory of a new cluster's first replica from a
@@ -21,7 +22,6 @@ use keelson_mvcc::{MvccStore, Revision};
 use keelson_proto::v1::SnapshotChunk;
 use keelson_raft::backup_file::{self, BackupFileError};
 use sha2::{Digest, Sha256};
-use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
@@ -44,6 +44,12 @@ pub enum RestoreError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("opening the store in {path}: {message}")]
     Store { path: PathBuf, message: String },
+    #[error("sealing the restored store ({step}): {message}")]
+    Seal { step: &'static str, message: String },
+}
+
+fn sealing(step: &'static str, e: impl std::fmt::Display) -> RestoreError {
+    RestoreError::Seal { step, message: e.to_string() }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +64,16 @@ pub enum SaveError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("the replica could not make its state current: {0}")]
     NotCurrent(String),
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    #[error("the backup task failed: {0}")]
+    Task(String),
+}
+
+impl SaveError {
+    fn task(e: tokio::task::JoinError) -> Self {
+        SaveError::Task(e.to_string())
+    }
 }
 
 /// Where and how often a server backs up its own replica, and how many backups it keeps.
@@ -76,52 +92,78 @@ pub struct Restored {
     pub summary: backup_file::BackupSummary,
 }
 
-/// Streams a fresh backup of this replica's store into `tx`.
-pub(crate) async fn serve(replica: Replica, tx: mpsc::Sender<Result<SnapshotChunk, Status>>) {
-    let path = replica.inner.state.snapshot_dir().join(format!("backup-{:016x}.tmp", rand::random::<u64>()));
-    if let Err(status) = stream_backup(&replica, &path, &tx).await {
-        tracing::warn!(error = %status.message(), "backup stream failed");
+/// Streams a fresh backup of this replica's store into `tx`; a shutdown ends it with an
+/// `unavailable` error the client sees (its backup file is then never completed).
+pub(crate) async fn serve(replica: Replica, tx: mpsc::Sender<Result<SnapshotChunk, Status>>, shutdown: CancellationToken) {
+    if let Err(e) = stream_backup(&replica, tx.clone(), shutdown).await {
+        tracing::warn!(error = %e, "backup stream failed");
+        let status = match e {
+            SaveError::NotCurrent(_) | SaveError::ShuttingDown => Status::unavailable(e.to_string()),
+            e => Status::internal(e.to_string()),
+        };
         let _ = tx.send(Err(status)).await;
     }
-    let _ = tokio::fs::remove_file(&path).await;
 }
 
-async fn stream_backup(replica: &Replica, path: &Path, tx: &mpsc::Sender<Result<SnapshotChunk, Status>>) -> Result<(), Status> {
-    replica.linearize().await.map_err(|e| Status::unavailable(format!("the backup cannot be made current: {e}")))?;
+async fn stream_backup(replica: &Replica, tx: mpsc::Sender<Result<SnapshotChunk, Status>>, shutdown: CancellationToken) -> Result<(), SaveError> {
+    let exported = export_current(replica).await?;
+    tracing::info!(path = %exported.0.display(), "streaming a backup");
+    tokio::task::spawn_blocking(move || {
+        let mut hash = Sha256::new();
+        exported.each_chunk(|data| {
+            if shutdown.is_cancelled() {
+                return Err(SaveError::ShuttingDown);
+            }
+            hash.update(&data);
+            // A failed send means the client left: stop reading.
+            Ok(tx.blocking_send(Ok(SnapshotChunk { header: Vec::new(), data })).is_ok())
+        })?;
+        let _ = tx.blocking_send(Ok(SnapshotChunk { header: hash.finalize().to_vec(), data: Vec::new() }));
+        Ok(())
+    })
+    .await
+    .map_err(SaveError::task)?
+}
+
+/// A snapshot of the store exported for one backup into the replica's snapshot
+/// directory; the file is removed when this is dropped, however the backup ended.
+struct ExportedSnapshot(PathBuf);
+
+impl Drop for ExportedSnapshot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+impl ExportedSnapshot {
+    /// Hands the file to `sink` in pieces of [`CHUNK`] bytes until it ends or `sink`
+    /// answers `false`. Blocking.
+    fn each_chunk(&self, mut sink: impl FnMut(Vec<u8>) -> Result<bool, SaveError>) -> Result<(), SaveError> {
+        let io = |source| SaveError::Io { path: self.0.clone(), source };
+        let mut input = std::fs::File::open(&self.0).map_err(io)?;
+        loop {
+            let mut chunk = Vec::with_capacity(CHUNK);
+            std::io::Read::read_to_end(&mut std::io::Read::take(&mut input, CHUNK as u64), &mut chunk).map_err(io)?;
+            if chunk.is_empty() || !sink(chunk)? {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Makes the replica current with a linearizable read (every write acknowledged before
+/// the call is in the backup), then exports a snapshot of one consistent view of its
+/// store (written to disk, never held in memory).
+async fn export_current(replica: &Replica) -> Result<ExportedSnapshot, SaveError> {
+    replica.linearize().await.map_err(|e| SaveError::NotCurrent(e.to_string()))?;
     let state = replica.inner.state.clone();
-    let file = path.to_path_buf();
-    let meta = tokio::task::spawn_blocking(move || state.export_snapshot(&file))
+    let exported = ExportedSnapshot(state.snapshot_dir().join(format!("backup-{:016x}.tmp", rand::random::<u64>())));
+    let path = exported.0.clone();
+    tokio::task::spawn_blocking(move || state.export_snapshot(&path))
         .await
-        .map_err(|e| Status::internal(e.to_string()))?
-        .map_err(|e| Status::internal(format!("writing the backup snapshot: {e}")))?;
-    tracing::info!(last_log_id = ?meta.last_log_id, "streaming a backup");
-    let mut file = tokio::fs::File::open(path).await.map_err(|e| Status::internal(e.to_string()))?;
-    let mut hash = Sha256::new();
-    let mut buf = vec![0u8; CHUNK];
-    loop {
-        let n = read_full(&mut file, &mut buf).await.map_err(|e| Status::internal(e.to_string()))?;
-        if n == 0 {
-            break;
-        }
-        hash.update(&buf[..n]);
-        if tx.send(Ok(SnapshotChunk { header: Vec::new(), data: buf[..n].to_vec() })).await.is_err() {
-            return Ok(()); // the client left
-        }
-    }
-    let _ = tx.send(Ok(SnapshotChunk { header: hash.finalize().to_vec(), data: Vec::new() })).await;
-    Ok(())
-}
-
-/// Reads until `buf` is full or the file ends.
-async fn read_full(file: &mut tokio::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match file.read(&mut buf[filled..]).await? {
-            0 => break,
-            n => filled += n,
-        }
-    }
-    Ok(filled)
+        .map_err(SaveError::task)?
+        .map_err(|source| SaveError::Io { path: exported.0.clone(), source })?;
+    Ok(exported)
 }
 
 /// Asks the current replica of `client` for a backup and writes it to `out` (through
@@ -161,39 +203,29 @@ async fn save_to(client: &StoreClient, partial: &Path) -> Result<backup_file::Ba
     Err(SaveError::Incomplete)
 }
 
-/// Backs up this server's own replica into `out` (made current first, as [`serve`]).
+/// Backs up this server's own replica into `out` (made current first, as [`serve`]),
+/// through `out` + `.partial` as [`save`].
 pub(crate) async fn save_local(replica: &Replica, out: &Path) -> Result<backup_file::BackupSummary, SaveError> {
-    replica.linearize().await.map_err(|e| SaveError::NotCurrent(e.to_string()))?;
-    let state = replica.inner.state.clone();
-    let snapshot = state.snapshot_dir().join(format!("backup-{:016x}.tmp", rand::random::<u64>()));
+    let exported = export_current(replica).await?;
     let (out, partial) = (out.to_path_buf(), partial_path(out));
     tokio::task::spawn_blocking(move || {
         let result = (|| {
-            let io = |path: &Path| {
-                let path = path.to_path_buf();
-                move |source| SaveError::Io { path, source }
-            };
-            state.export_snapshot(&snapshot).map_err(io(&snapshot))?;
-            let mut input = std::fs::File::open(&snapshot).map_err(io(&snapshot))?;
             let mut writer = backup_file::BackupWriter::create(&partial)?;
-            let mut buf = vec![0u8; CHUNK];
-            loop {
-                let n = std::io::Read::read(&mut input, &mut buf).map_err(io(&snapshot))?;
-                if n == 0 {
-                    break;
-                }
-                writer.write(&buf[..n])?;
-            }
+            exported.each_chunk(|data| {
+                writer.write(&data)?;
+                Ok(true)
+            })?;
             let summary = writer.finish(None)?;
-            std::fs::rename(&partial, &out).map_err(io(&out))?;
+            std::fs::rename(&partial, &out).map_err(|source| SaveError::Io { path: out.clone(), source })?;
             Ok(summary)
         })();
-        let _ = std::fs::remove_file(&snapshot);
-        let _ = std::fs::remove_file(&partial);
+        if result.is_err() {
+            let _ = std::fs::remove_file(&partial);
+        }
         result
     })
     .await
-    .map_err(|e| SaveError::Io { path: PathBuf::new(), source: std::io::Error::other(e) })?
+    .map_err(SaveError::task)?
 }
 
 /// The backups of `server` in a directory listing `names` that retention removes: all
@@ -254,26 +286,22 @@ pub(crate) async fn run_schedule(replica: Replica, schedule: BackupSchedule, shu
 /// replaying the log. Before the replica serves anyone, it snapshots the state and purges
 /// the log up to it; then every joiner is sent the snapshot. The marker goes only once
 /// that is done, so an interrupted start seals on the next one.
-pub(crate) async fn seal_restored(raft: &keelson_raft::KeelsonRaftNode<keelson_rocks::RocksBackend>, data_dir: &Path) -> Result<(), String> {
+pub(crate) async fn seal_restored(raft: &keelson_raft::KeelsonRaftNode<keelson_rocks::RocksBackend>, data_dir: &Path) -> Result<(), RestoreError> {
     let marker = data_dir.join(RESTORED_MARKER);
     if !marker.exists() {
         return Ok(());
     }
     let wait = raft.wait(Some(Duration::from_secs(60)));
-    let fail = |what: &str| {
-        let what = what.to_string();
-        move |e: &dyn std::fmt::Display| format!("sealing the restored store ({what}): {e}")
-    };
     let m = wait
         .metrics(|m| m.current_leader == Some(m.id) && m.last_applied.is_some(), "the restored replica leads and applied its membership")
         .await
-        .map_err(|e| fail("electing itself")(&e))?;
+        .map_err(|e| sealing("electing itself", e))?;
     let applied = m.last_applied.map(|l| l.index()).unwrap_or_default();
-    raft.trigger().snapshot().await.map_err(|e| fail("snapshot")(&e))?;
-    wait.metrics(|m| m.snapshot.is_some_and(|s| s.index() >= applied), "a snapshot of the restored state").await.map_err(|e| fail("snapshot")(&e))?;
-    raft.trigger().purge_log(applied).await.map_err(|e| fail("purge")(&e))?;
-    wait.metrics(|m| m.purged.is_some_and(|p| p.index() >= applied), "the log before it purged").await.map_err(|e| fail("purge")(&e))?;
-    std::fs::remove_file(&marker).map_err(|e| fail("marker")(&e))?;
+    raft.trigger().snapshot().await.map_err(|e| sealing("snapshot", e))?;
+    wait.metrics(|m| m.snapshot.is_some_and(|s| s.index() >= applied), "a snapshot of the restored state").await.map_err(|e| sealing("snapshot", e))?;
+    raft.trigger().purge_log(applied).await.map_err(|e| sealing("purge", e))?;
+    wait.metrics(|m| m.purged.is_some_and(|p| p.index() >= applied), "the log before it purged").await.map_err(|e| sealing("purge", e))?;
+    std::fs::remove_file(&marker).map_err(|e| sealing("marker", e))?;
     tracing::info!(snapshot_index = applied, "restored store sealed: joining servers get it as a snapshot");
     Ok(())
 }

@@ -112,6 +112,8 @@ impl Store for StoreService {
 /// `keelson.v1.Cluster` over a replica.
 pub struct ClusterService {
     pub replica: Replica,
+    /// Ends backup streams when the replica stops.
+    pub shutdown: CancellationToken,
 }
 
 #[tonic::async_trait]
@@ -145,7 +147,7 @@ impl Cluster for ClusterService {
 
     async fn backup(&self, _req: Request<Envelope>) -> Result<Response<Self::BackupStream>, Status> {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        tokio::spawn(crate::backup::serve(self.replica.clone(), tx));
+        tokio::spawn(crate::backup::serve(self.replica.clone(), tx, self.shutdown.clone()));
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 }

@@ -173,7 +173,7 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
                 .max_decoding_message_size(256 << 20)
                 .max_encoding_message_size(256 << 20),
         )
-        .add_service(ClusterServer::new(ClusterService { replica: replica.clone() }));
+        .add_service(ClusterServer::new(ClusterService { replica: replica.clone(), shutdown: shutdown.clone() }));
     match &cfg.tls {
         Some(identity) => {
             let (accept, incoming) = keelson_client::tls::spawn_accept(
@@ -231,7 +231,7 @@ pub async fn start(cfg: ReplicaConfig) -> Result<RunningReplica, StartError> {
         }
     }
     if matches!((&cfg.bootstrap, initialized), (Bootstrap::ClusterInit, false) | (_, true)) {
-        crate::backup::seal_restored(&raft, &cfg.data_dir).await.map_err(StartError::Bootstrap)?;
+        crate::backup::seal_restored(&raft, &cfg.data_dir).await.map_err(|e| StartError::Bootstrap(e.to_string()))?;
     }
     Ok(RunningReplica { replica, shutdown, tasks, metrics_addr, db: db_handle })
 }
