@@ -194,8 +194,10 @@ async fn with_a_majority_low_on_disk_writes_fail_cleanly_reads_are_served_and_no
     })
     .await;
 
-    // The first write may be appended before the peers have refused once: its outcome
-    // waits for space. Later writes are refused at once, with the reason.
+    // The first write may be appended before the peers have refused once: it is
+    // answered as soon as a majority refuses (its outcome unknown: the entry commits
+    // when space returns), not held until then. Later writes are refused at once, with
+    // the reason.
     let pending = tokio::spawn({
         let c = cluster.client(0);
         async move { c.put(b"/maj/pending", b"p").await }
@@ -222,16 +224,16 @@ async fn with_a_majority_low_on_disk_writes_fail_cleanly_reads_are_served_and_no
         assert_eq!(r.response.kvs.len(), 1);
     }
 
-    // Space returns: the waiting write commits, new writes are taken, and every replica
-    // has all that was acknowledged.
+    match tokio::time::timeout(Duration::from_secs(30), pending).await.expect("the first write is answered while space is still short").expect("task") {
+        Ok(_) => eprintln!("the first write committed before the peers filled"),
+        Err(e) => assert!(e.to_string().contains("outcome is unknown"), "the first write's answer: {e}"),
+    }
+
+    // Space returns: the first write's entry commits, new writes are taken, and every
+    // replica has all that was written.
     for fs in &small {
         std::fs::remove_file(fs.0.join("fill")).expect("free the space");
     }
-    tokio::time::timeout(Duration::from_secs(30), pending)
-        .await
-        .expect("the waiting write finishes once space returns")
-        .expect("task")
-        .expect("the waiting write commits");
     let mut tries = 0;
     while let Err(e) = cluster.client(1).put(b"/maj/after", b"a").await {
         tries += 1;

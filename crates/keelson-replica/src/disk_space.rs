@@ -16,6 +16,9 @@ use crate::Replica;
 /// How often the free space is measured (appends and proposals also measure it).
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
+/// How often a write waiting for its commit looks whether a majority refuses for space.
+const OUTCOME_POLL: Duration = Duration::from_millis(100);
+
 /// How long a leader low on space waits for a transfer before asking another peer.
 const TRANSFER_RETRY: Duration = Duration::from_secs(2);
 
@@ -36,6 +39,25 @@ impl Replica {
             )));
         }
         own.map(|e| StoreError::NoSpace(format!("{e}; leadership is moving to another replica")))
+    }
+
+    /// Resolves once a majority of voters refuses appends for space. A write appended
+    /// just before the refusals began cannot commit until space returns; it is answered
+    /// with this rather than held until then. Its entry stays in the leader's log and
+    /// commits if space returns, so the answer says its outcome is unknown, not failed.
+    /// The first look is after [`OUTCOME_POLL`], so a write that commits at once never
+    /// pays for it.
+    pub(crate) async fn out_of_space_outcome_unknown(&self) -> StoreError {
+        loop {
+            tokio::time::sleep(OUTCOME_POLL).await;
+            let own = self.inner.disk.is_low();
+            let low_peers = self.inner.peer_space.low_peers(Instant::now());
+            if (own || !low_peers.is_empty()) && majority_low(&self.voter_ids(), self.inner.id, own, &low_peers) {
+                return StoreError::Unavailable(format!(
+                    "a majority of replicas refuses appends for insufficient disk space (peers refusing: {low_peers:x?}); this write's outcome is unknown: it commits if space returns"
+                ));
+            }
+        }
     }
 
     fn voter_ids(&self) -> Vec<NodeId> {

@@ -352,7 +352,21 @@ impl Replica {
             Err(e) => return (0..n).map(|_| Err(StoreError::Unavailable(e.to_string()))).collect(),
         };
         let mut out = Vec::with_capacity(n);
-        while let Some(item) = stream.next().await {
+        let no_space = self.out_of_space_outcome_unknown();
+        tokio::pin!(no_space);
+        loop {
+            let item = tokio::select! {
+                item = stream.next() => match item {
+                    Some(item) => item,
+                    None => break,
+                },
+                e = &mut no_space => {
+                    while out.len() < n {
+                        out.push(Err(e.clone()));
+                    }
+                    break;
+                }
+            };
             let ok = matches!(&item, Ok(Ok(_)));
             let not_leader = matches!(&item, Ok(Err(W::ForwardToLeader(_))));
             self.count_proposal(ok, not_leader, appended);
@@ -429,7 +443,11 @@ impl Replica {
             }
             let entry = span.in_scope(|| LogCommand::proposed(cmd.clone(), self.inner.log_format.cluster()));
             let appended = std::time::Instant::now();
-            let written = tracing::Instrument::instrument(self.inner.raft.client_write(entry), span.clone()).await;
+            let write = tracing::Instrument::instrument(self.inner.raft.client_write(entry), span.clone());
+            let written = tokio::select! {
+                written = write => written,
+                e = self.out_of_space_outcome_unknown() => return Err(e),
+            };
             let not_leader = matches!(&written, Err(e) if matches!(e.api_error(), Some(openraft::errors::ClientWriteError::ForwardToLeader(_))));
             self.count_proposal(written.is_ok(), not_leader, appended);
             match written {
