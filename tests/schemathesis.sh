@@ -52,6 +52,8 @@ for f in sys.argv[1:]:
 EOF
 status=0
 export PYTHONPATH="$(cd "$(dirname "$0")" && pwd)${PYTHONPATH:+:$PYTHONPATH}" SCHEMATHESIS_HOOKS=schemathesis_checks
+# schemathesis keeps a .schemathesis directory where it runs: run it in the scratch directory
+cd "$work"
 for spec in "$work"/*.json; do
   echo "== $(basename "$spec" .json)"
   "$venv/bin/schemathesis" run "$spec" --url "$server" --request-cert "$work/cert.pem" --request-cert-key "$work/key.pem" \

@@ -43,13 +43,35 @@
 //!   with JSON on 415 (except `kubectl autoscale`, which retries with
 //!   `autoscaling/v1`): the command fails and prints the message.
 //!
+//! # Encoding responses
+//!
+//! The reverse direction answers clients that send `Accept:
+//! application/vnd.kubernetes.protobuf`: [`encode`] turns one stored JSON
+//! object (metadata, spec and status), a `<Kind>List` or a `v1` `Status`
+//! into a response body, and [`encode_watch_event`] builds one frame of a
+//! `;stream=watch` response. Only kinds in [`encodable_kinds`] (a table
+//! separate from [`supported_kinds`]) are encoded; an unknown kind or an
+//! untranslated JSON key fails with an [`EncodeError`] whose
+//! [`EncodeError::is_unsupported`] is true, so the server can answer with
+//! JSON instead. Nothing is dropped silently.
+//!
+//! ```
+//! # use keelson_kube_protobuf::{decode, encode};
+//! let object = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+//!     "metadata": {"name": "c", "resourceVersion": "7"}, "data": {"k": "v"}});
+//! let body = encode(&object)?;
+//! assert_eq!(decode(&body).unwrap(), object);
+//! # Ok::<(), keelson_kube_protobuf::EncodeError>(())
+//! ```
+//!
 //! Everything here is a pure function of its input: no I/O, no global state.
 //!
 //! # Errors
 //!
 //! Each module has at most one error enum: [`EnvelopeError`] (the outer
-//! wrapper), [`ConvertError`] (shared by all the JSON converters) and
-//! [`ProtobufError`] (this module, wrapping the others).
+//! wrapper), [`ConvertError`] (shared by all the JSON converters),
+//! [`ProtobufError`] (this module, wrapping the others) and [`EncodeError`]
+//! (the response encoders).
 
 mod apps;
 mod auth;
@@ -58,6 +80,7 @@ mod batch;
 mod certificates;
 mod container;
 mod core_objects;
+mod encode;
 mod envelope;
 mod json;
 mod meta;
@@ -70,6 +93,7 @@ mod volume;
 use prost::Message;
 use serde_json::Value;
 
+pub use encode::{encodable_kinds, encode, encode_watch_event, is_encodable, EncodeError};
 pub use envelope::{decode_envelope, encode_envelope, Envelope, EnvelopeError, MAGIC};
 pub use json::ConvertError;
 
