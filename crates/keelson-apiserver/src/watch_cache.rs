@@ -55,13 +55,15 @@ pub struct Change {
     pub previous: Option<Value>,
     /// The watch line for watchers without selectors, serialized once.
     pub plain_line: OnceLock<bytes::Bytes>,
+    /// The same as a protobuf watch frame, encoded once.
+    pub plain_frame: OnceLock<bytes::Bytes>,
     /// The sampled trace the object carries, read once for all watchers.
     trace: OnceLock<Option<keelson_tracecontext::TraceParent>>,
 }
 
 impl Change {
     pub fn new(key: Vec<u8>, revision: Revision, object: Option<Arc<Stored>>, previous: Option<Value>) -> Self {
-        Change { key, revision, object, previous, plain_line: OnceLock::new(), trace: OnceLock::new() }
+        Change { key, revision, object, previous, plain_line: OnceLock::new(), plain_frame: OnceLock::new(), trace: OnceLock::new() }
     }
 
     /// The sampled trace of the object this change sends ([`keelson_tracecontext::POD_ANNOTATION`]:

@@ -222,7 +222,8 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
                     let peer = peer.clone();
                     async move {
                         let req = req.map(Body::new);
-                        Ok::<_, std::convert::Infallible>(handle(state, identity, peer, req).await)
+                        let media = negotiate::response_media(req.headers());
+                        Ok::<_, std::convert::Infallible>(crate::protobuf::respond(media, handle(state, identity, peer, req).await).await)
                     }
                 });
                 let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());

@@ -82,6 +82,61 @@ pub fn partial_metadata(obj: &serde_json::Value) -> serde_json::Value {
     serde_json::json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata").cloned().unwrap_or_else(|| serde_json::json!({}))})
 }
 
+/// The media type of Kubernetes protobuf bodies.
+pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// How a response body is serialized, from the Accept header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResponseMedia {
+    Json,
+    /// Protobuf is preferred (client-go's typed clients send
+    /// `application/vnd.kubernetes.protobuf,application/json`); `json_acceptable` says
+    /// whether JSON may be answered for what protobuf cannot carry.
+    Protobuf { json_acceptable: bool },
+}
+
+/// The media types of the Accept header in preference order (by `q`, then position),
+/// each with its parameters; those with `q=0` are left out.
+fn accepted(headers: &HeaderMap) -> Vec<(String, Vec<String>)> {
+    let accept = headers.get(http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let mut out: Vec<(f32, String, Vec<String>)> = Vec::new();
+    for part in accept.split(',') {
+        let mut params = part.split(';').map(str::trim);
+        let mime = params.next().unwrap_or("").to_ascii_lowercase();
+        if mime.is_empty() {
+            continue;
+        }
+        let mut q = 1.0;
+        let mut rest = Vec::new();
+        for p in params.filter(|p| !p.is_empty()) {
+            match p.strip_prefix("q=").map(str::parse::<f32>) {
+                Some(Ok(v)) => q = v,
+                _ => rest.push(p.to_string()),
+            }
+        }
+        if q > 0.0 {
+            out.push((q, mime, rest));
+        }
+    }
+    out.sort_by(|a, b| b.0.total_cmp(&a.0));
+    out.into_iter().map(|(_, m, p)| (m, p)).collect()
+}
+
+/// Whether the response is protobuf: the most preferred acceptable type is plain
+/// `application/vnd.kubernetes.protobuf` (not a Table or metadata representation,
+/// which are served as JSON only).
+pub fn response_media(headers: &HeaderMap) -> ResponseMedia {
+    let accepted = accepted(headers);
+    let is_json = |m: &str| matches!(m, "application/json" | "*/*" | "application/*");
+    let plain = |p: &[String]| !p.iter().any(|p| p.to_ascii_lowercase().starts_with("as="));
+    match accepted.iter().position(|(m, p)| m == PROTOBUF && plain(p)) {
+        Some(i) if accepted[..i].iter().all(|(m, _)| !is_json(m)) => {
+            ResponseMedia::Protobuf { json_acceptable: accepted[i + 1..].iter().any(|(m, _)| is_json(m)) }
+        }
+        _ => ResponseMedia::Json,
+    }
+}
+
 /// Picks the response representation from the Accept header.
 pub fn representation(headers: &HeaderMap) -> Result<Representation, ApiError> {
     let accept = headers.get(http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -103,14 +158,14 @@ pub fn representation(headers: &HeaderMap) -> Result<Representation, ApiError> {
             return Ok(Representation::Metadata);
         }
         let other_as = params.iter().any(|p| p.to_ascii_lowercase().starts_with("as="));
-        if (mime == "application/json" || mime == "*/*" || mime == "application/*") && !other_as {
+        if (mime == "application/json" || mime == "*/*" || mime == "application/*" || mime == PROTOBUF) && !other_as {
             json_ok = true;
         }
     }
     if json_ok {
         Ok(Representation::Object)
     } else {
-        Err(ApiError::NotAcceptable(format!("only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as=PartialObjectMetadata(List);v=v1;g=meta.k8s.io (asked for {accept:?})")))
+        Err(ApiError::NotAcceptable(format!("only the following media types are accepted: application/json, application/vnd.kubernetes.protobuf, application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as=PartialObjectMetadata(List);v=v1;g=meta.k8s.io (asked for {accept:?})")))
     }
 }
 
@@ -133,7 +188,22 @@ mod tests {
         assert_eq!(representation(&h(http::header::ACCEPT, m)).unwrap(), Representation::Metadata);
         assert_eq!(partial_metadata(&serde_json::json!({"kind": "Pod", "metadata": {"name": "p"}, "spec": {}})), serde_json::json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": {"name": "p"}}));
         assert_eq!(representation(&h(http::header::ACCEPT, "application/vnd.kubernetes.protobuf,application/json")).unwrap(), Representation::Object);
-        assert_eq!(representation(&h(http::header::ACCEPT, "application/vnd.kubernetes.protobuf")).unwrap_err().code(), 406);
+        assert_eq!(representation(&h(http::header::ACCEPT, "application/vnd.kubernetes.protobuf")).unwrap(), Representation::Object);
+        assert_eq!(representation(&h(http::header::ACCEPT, "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io")).unwrap_err().code(), 406);
+        assert_eq!(representation(&h(http::header::ACCEPT, "text/html")).unwrap_err().code(), 406);
+    }
+
+    #[test]
+    fn protobuf_when_preferred() {
+        let media = |accept: &str| response_media(&h(http::header::ACCEPT, accept));
+        assert_eq!(media("application/vnd.kubernetes.protobuf,application/json"), ResponseMedia::Protobuf { json_acceptable: true });
+        assert_eq!(media("application/vnd.kubernetes.protobuf"), ResponseMedia::Protobuf { json_acceptable: false });
+        assert_eq!(media("application/json, application/vnd.kubernetes.protobuf"), ResponseMedia::Json);
+        assert_eq!(media("application/json;q=0.5, application/vnd.kubernetes.protobuf"), ResponseMedia::Protobuf { json_acceptable: true });
+        assert_eq!(media("application/vnd.kubernetes.protobuf;q=0, application/json"), ResponseMedia::Json);
+        assert_eq!(media("application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1;g=meta.k8s.io"), ResponseMedia::Json);
+        assert_eq!(media("*/*"), ResponseMedia::Json);
+        assert_eq!(media(""), ResponseMedia::Json);
     }
 
     #[test]

@@ -101,7 +101,7 @@ pub(crate) async fn handle(state: &Arc<ApiState>, reg: &Registry, rr: ResourceRe
             let sel = Selectors::parse(def, &q)?;
             if query_bool(&q, "watch")? {
                 let watcher = req.headers().get(http::header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
-                return watch::serve(state.clone(), rr, q, sel, repr, watcher).await;
+                return watch::serve(state.clone(), rr, q, sel, repr, negotiate::response_media(req.headers()), watcher).await;
             }
             let listed = list::list(reg, Some(&state.watch_cache), &rr, &q, &sel).await?;
             match repr {

@@ -21,13 +21,16 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::list::{self, Selectors};
-use super::negotiate::Representation;
+use super::negotiate::{Representation, ResponseMedia};
 use super::request::{query_bool, query_i64, ResourceRequest};
 use super::ApiState;
 use crate::catalog::ResourceDef;
 use crate::error::ApiError;
 use crate::storage::{list_prefix, object_key, set_resource_version, ObjectStore};
 use crate::watch_cache::{sampled_trace, FeedEvent, Joined};
+
+/// The content type of a protobuf watch: length-prefixed `WatchEvent`s.
+const WATCH_PROTOBUF: &str = "application/vnd.kubernetes.protobuf;stream=watch";
 
 /// Events buffered per watch before the producer waits for the client.
 const WATCH_BUFFER: usize = 256;
@@ -41,6 +44,9 @@ struct WatchSpec {
     include: keelson_apimachinery::table::IncludeObject,
     /// The client's user agent, named in delivery spans.
     watcher: String,
+    /// Frames in protobuf (`application/vnd.kubernetes.protobuf;stream=watch`) rather
+    /// than JSON lines.
+    protobuf: bool,
 }
 
 pub(crate) async fn serve(
@@ -49,9 +55,20 @@ pub(crate) async fn serve(
     q: HashMap<String, String>,
     selectors: Selectors,
     repr: Representation,
+    media: ResponseMedia,
     watcher: String,
 ) -> Result<Response, ApiError> {
     let def = rr.def;
+    let protobuf = match media {
+        ResponseMedia::Json => false,
+        ResponseMedia::Protobuf { json_acceptable } => {
+            let encodable = repr == Representation::Object && keelson_kube_protobuf::is_encodable(&def.api_version(), def.kind);
+            if !encodable && !json_acceptable {
+                return Err(ApiError::NotAcceptable(format!("watch events of {} have no protobuf encoding here; only application/json is available", def.kind)));
+            }
+            encodable
+        }
+    };
     let rv = q.get("resourceVersion").cloned().unwrap_or_default();
     let send_initial = match q.get("sendInitialEvents").map(String::as_str) {
         Some("true") => Some(true),
@@ -84,7 +101,7 @@ pub(crate) async fn serve(
         Some(rv.parse().map_err(|_| ApiError::BadRequest(format!("invalid resource version {rv:?}")))?)
     };
     let include = list::include_object(&q)?;
-    let spec = WatchSpec { def, range, selectors, bookmarks, repr, include, watcher };
+    let spec = WatchSpec { def, range, selectors, bookmarks, repr, include, watcher, protobuf };
     // The resource's feed exists before the initial list is read, so the list's revision
     // is inside the feed's backlog.
     let feed = match state.watch_cache.feed(def.key_prefix().as_bytes()).await {
@@ -126,7 +143,7 @@ pub(crate) async fn serve(
         state.metrics.watch_opened();
         let _open = WatchGauge(&state);
         for e in first {
-            if tx.send(Ok(line(&e))).await.is_err() {
+            if tx.send(Ok(spec.frame(&e))).await.is_err() {
                 return;
             }
         }
@@ -145,7 +162,7 @@ pub(crate) async fn serve(
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
     Ok(Response::builder()
         .status(200)
-        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CONTENT_TYPE, if protobuf { WATCH_PROTOBUF } else { "application/json" })
         .header(http::header::CACHE_CONTROL, "no-cache, private")
         .body(body)
         .expect("valid response"))
@@ -167,6 +184,24 @@ fn line(v: &Value) -> bytes::Bytes {
 }
 
 impl WatchSpec {
+    /// One event as the client reads it: a JSON line, or a length-prefixed protobuf
+    /// `WatchEvent`. An object the encoder cannot carry ends up as an ERROR event (a
+    /// Status the client can read) rather than a frame it cannot decode.
+    fn frame(&self, event: &Value) -> bytes::Bytes {
+        if !self.protobuf {
+            return line(event);
+        }
+        let ty = event["type"].as_str().unwrap_or("ERROR");
+        match keelson_kube_protobuf::encode_watch_event(ty, &event["object"]) {
+            Ok(frame) => frame.into(),
+            Err(e) => {
+                tracing::warn!(error = %e, kind = self.def.kind, "a watch event could not be encoded as protobuf");
+                let status = ApiError::Internal(format!("the {} could not be encoded as protobuf: {e}", self.def.kind)).status();
+                keelson_kube_protobuf::encode_watch_event("ERROR", &status).expect("a Status always encodes").into()
+            }
+        }
+    }
+
     fn event(&self, ty: &str, obj: Value) -> Value {
         let object = match self.repr {
             Representation::Object => obj,
@@ -222,7 +257,7 @@ async fn follow(state: &ApiState, spec: &WatchSpec, mut from: Revision, tx: &mps
         let (_ctl, mut stream) = match client.watch(create).await {
             Ok(s) => s,
             Err(e) => {
-                let _ = tx.send(Ok(line(&error_event(&ApiError::from(e))))).await;
+                let _ = tx.send(Ok(spec.frame(&error_event(&ApiError::from(e))))).await;
                 return;
             }
         };
@@ -230,7 +265,7 @@ async fn follow(state: &ApiState, spec: &WatchSpec, mut from: Revision, tx: &mps
             let resp = match msg {
                 Ok(r) => r,
                 Err(e) => {
-                    let _ = tx.send(Ok(line(&error_event(&ApiError::from(e))))).await;
+                    let _ = tx.send(Ok(spec.frame(&error_event(&ApiError::from(e))))).await;
                     return;
                 }
             };
@@ -260,7 +295,7 @@ async fn follow(state: &ApiState, spec: &WatchSpec, mut from: Revision, tx: &mps
                     let e = ApiError::Gone(format!("too old resource version: {} ({compacted})", from - 1));
                     let mut st = error_event(&e);
                     st["object"]["reason"] = json!("Expired");
-                    let _ = tx.send(Ok(line(&st))).await;
+                    let _ = tx.send(Ok(spec.frame(&st))).await;
                     return;
                 }
                 WatchResponseKind::Canceled { resume_revision, .. } => {
@@ -270,7 +305,7 @@ async fn follow(state: &ApiState, spec: &WatchSpec, mut from: Revision, tx: &mps
             };
             for e in out {
                 let span = e["type"].as_str().and_then(|ty| delivery_span(spec, ty, &e["object"], sampled_trace(&e["object"])));
-                if !deliver(tx, line(&e), span).await {
+                if !deliver(tx, spec.frame(&e), span).await {
                     return;
                 }
             }
@@ -330,11 +365,12 @@ async fn follow_feed(spec: &WatchSpec, joined: Joined, from: Revision, tx: &mpsc
                 let (ty, obj) = classify(spec, c.previous.as_ref(), c.object.as_deref().map(|s| &s.obj))?;
                 let span = delivery_span(spec, ty, obj, c.trace());
                 if plain {
-                    return Some((c.plain_line.get_or_init(|| line(&json!({"type": ty, "object": obj}))).clone(), span));
+                    let cached = if spec.protobuf { &c.plain_frame } else { &c.plain_line };
+                    return Some((cached.get_or_init(|| spec.frame(&json!({"type": ty, "object": obj}))).clone(), span));
                 }
-                Some((line(&spec.event(ty, obj.clone())), span))
+                Some((spec.frame(&spec.event(ty, obj.clone())), span))
             }
-            FeedEvent::Progress(rev) if spec.bookmarks => Some((line(&spec.bookmark(*rev)), None)),
+            FeedEvent::Progress(rev) if spec.bookmarks => Some((spec.frame(&spec.bookmark(*rev)), None)),
             _ => None,
         }
     };
