@@ -141,3 +141,41 @@ fn stalled_watchers_bench_samples_every_server_and_reports_json() {
         assert!(json[field].as_f64().unwrap_or(0.0) > 0.0, "{field}: {json}");
     }
 }
+
+/// `keelson bench api`'s short form with the pod-shaped phases: simulated nodes renew
+/// their Leases, pods go through create, binding and status, and the pod lists with a
+/// field and a label selector return what the full list says they must (the bench counts
+/// a wrong count as an error). Every phase ran with no errors; CPU and memory were read
+/// from the bench's own three servers.
+#[test]
+fn api_bench_runs_pod_rounds_lease_renewals_and_selector_lists() {
+    let out = Command::new(binary())
+        .args(["bench", "api", "--clients", "4", "--duration-secs", "1", "--list-sizes", "50", "--watchers", "4", "--watch-write-rate", "5", "--watch-secs", "1"])
+        .args(["--lease-nodes", "40", "--lease-interval-secs", "1", "--pods", "300", "--json"])
+        .output()
+        .expect("run keelson bench api");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed: {stderr}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
+    let ran_clean = |phase: &serde_json::Value, what: &str| {
+        assert!(phase["ops"].as_u64().unwrap_or(0) > 0, "{what} did nothing: {json}");
+        assert_eq!(phase["errors"], 0, "{what} had errors: {json}\n{stderr}");
+    };
+    ran_clean(&json["create"], "creates");
+    ran_clean(&json["update"], "updates");
+    let pods = &json["pods"];
+    ran_clean(&pods["rounds"], "pod rounds");
+    ran_clean(&pods["leases"]["renewals"], "lease renewals");
+    assert_eq!(pods["leases"]["nodes"], 40, "{json}");
+    assert!(pods["pods_loaded"].as_u64().unwrap_or(0) >= 300, "topped up to --pods: {json}");
+    let lists = pods["lists"].as_array().expect("the pod lists");
+    assert_eq!(lists.len(), 3, "all, by spec.nodeName, by label: {json}");
+    for l in lists {
+        ran_clean(&l[1], l[0].as_str().unwrap_or("a list"));
+    }
+    // The three local servers were measured.
+    for figure in [&json["create_server_cpu_ms"], &json["update_server_cpu_ms"], &pods["round_server_cpu_ms"], &pods["rss_with_pods_mb"], &pods["leases"]["renewals_cost_cores"]] {
+        assert!(figure.as_f64().is_some_and(|v| v >= 0.0), "a server figure is missing: {json}");
+    }
+    assert!(pods["rss_with_pods_mb"].as_f64().unwrap_or(0.0) > 0.0, "{json}");
+}

@@ -4,6 +4,10 @@
 //! Phases: creates, updates (merge patch), gets, lists of 1k and 10k objects, and watch
 //! fan-out: W watchers spread over the replicas while a writer updates objects at a
 //! fixed rate; the latency is from the write's acknowledgement to each watcher's event.
+//! Then the pod-shaped phases of [`crate::api_pods`]: Lease renewals of simulated nodes,
+//! pod rounds (create, bind, status), pod lists with field and label selectors. The
+//! servers' CPU per write and their memory with the pods loaded are read from `/proc`
+//! when the servers run on this machine.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -22,6 +26,7 @@ use kube::Api;
 use rand::Rng;
 use serde_json::json;
 
+use crate::api_pods::{pod_phases, print_pod_phases, PodPhases, ServerSample};
 use crate::report::PhaseResult;
 
 #[derive(Args, Clone, Debug)]
@@ -44,6 +49,15 @@ pub struct ApiBenchArgs {
     /// Seconds of writes during the fan-out phase.
     #[arg(long, default_value_t = 10)]
     pub watch_secs: u64,
+    /// Simulated nodes renewing their Leases through the pod phases (0: no renewals).
+    #[arg(long, default_value_t = 1000)]
+    pub lease_nodes: usize,
+    /// Seconds between one node's renewals (the agents' and the kubelet's 10 s).
+    #[arg(long, default_value_t = 10)]
+    pub lease_interval_secs: u64,
+    /// Pods loaded for the pod lists and the memory figure (0 skips the pod phases).
+    #[arg(long, default_value_t = 10000)]
+    pub pods: usize,
     #[command(flatten)]
     pub target: BenchTarget,
 }
@@ -130,7 +144,7 @@ pub(crate) async fn clients_from(path: &std::path::Path) -> anyhow::Result<Vec<k
 }
 
 /// Runs `clients` loops of `op` for `secs`; op gets (client index, sequence number).
-async fn closed_loop<F, Fut>(clients: usize, secs: u64, op: F) -> PhaseResult
+pub(crate) async fn closed_loop<F, Fut>(clients: usize, secs: u64, op: F) -> PhaseResult
 where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
@@ -175,11 +189,16 @@ where
 pub struct ApiReport {
     pub create: Option<PhaseResult>,
     pub update: Option<PhaseResult>,
+    /// Server CPU milliseconds (all servers together) per create and per update, when
+    /// the servers run on this machine.
+    pub create_server_cpu_ms: Option<f64>,
+    pub update_server_cpu_ms: Option<f64>,
     pub get: Option<PhaseResult>,
     pub lists: Vec<(usize, PhaseResult)>,
     pub watch: Option<PhaseResult>,
     pub watch_expected_events: u64,
     pub watch_received_events: u64,
+    pub pods: Option<PodPhases>,
 }
 
 /// The cluster a bench drives: the one `kubeconfig` names, or a 3-server cluster of this
@@ -196,15 +215,20 @@ pub(crate) async fn bench_cluster(kubeconfig: Option<&PathBuf>, tmp: &std::path:
 
 pub async fn run_api_bench(args: ApiBenchArgs) -> anyhow::Result<()> {
     let args_ref = &args;
-    let run = |clients: Vec<kube::Client>| async move {
+    let run = |clients: Vec<kube::Client>, kubeconfig: PathBuf| async move {
         let apis: Vec<Api<ConfigMap>> = clients.iter().map(|c| Api::namespaced(c.clone(), NS)).collect();
-        bench(args_ref, &apis).await
+        let servers = api_addresses(&kubeconfig)?;
+        let mut report = bench(args_ref, &apis, &servers).await?;
+        if args_ref.pods > 0 {
+            report.pods = Some(pod_phases(args_ref, &clients, &servers).await?);
+        }
+        Ok(report)
     };
-    run_on_cluster(&args.target, run, print_report).await?;
+    run_on_cluster_at(&args.target, run, print_report).await?;
     Ok(())
 }
 
-async fn bench(args: &ApiBenchArgs, apis: &[Api<ConfigMap>]) -> anyhow::Result<ApiReport> {
+async fn bench(args: &ApiBenchArgs, apis: &[Api<ConfigMap>], servers: &[String]) -> anyhow::Result<ApiReport> {
     let mut report = ApiReport::default();
     // The namespace may still be being created right after start.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -220,6 +244,7 @@ async fn bench(args: &ApiBenchArgs, apis: &[Api<ConfigMap>]) -> anyhow::Result<A
     // Each client creates c{client}-{0,1,2,…}; the count it reached is what later phases use.
     let created: Arc<Vec<AtomicU64>> = Arc::new((0..args.clients).map(|_| AtomicU64::new(0)).collect());
     let counts = created.clone();
+    let before = ServerSample::now(servers);
     let create = closed_loop(args.clients, args.duration_secs, move |c, _| {
         let api = a[c % n].clone();
         let counts = counts.clone();
@@ -232,12 +257,13 @@ async fn bench(args: &ApiBenchArgs, apis: &[Api<ConfigMap>]) -> anyhow::Result<A
     })
     .await;
     let created_per_client = created.iter().map(|c| c.load(Ordering::SeqCst)).min().unwrap_or(0);
+    report.create_server_cpu_ms = before.cpu_ms_per_op(&ServerSample::now(servers), create.ops);
     report.create = Some(create);
 
     let a = apis.to_vec();
     eprintln!("bench: updates");
-    report.update = Some(
-        closed_loop(args.clients, args.duration_secs, move |c, seq| {
+    let before = ServerSample::now(servers);
+    let update = closed_loop(args.clients, args.duration_secs, move |c, seq| {
             let api = a[c % n].clone();
             let name = format!("c{c}-{}", seq % created_per_client.max(1));
             async move {
@@ -245,8 +271,9 @@ async fn bench(args: &ApiBenchArgs, apis: &[Api<ConfigMap>]) -> anyhow::Result<A
                 Ok(())
             }
         })
-        .await,
-    );
+        .await;
+    report.update_server_cpu_ms = before.cpu_ms_per_op(&ServerSample::now(servers), update.ops);
+    report.update = Some(update);
 
     let a = apis.to_vec();
     eprintln!("bench: gets");
@@ -405,5 +432,13 @@ fn print_report(r: &ApiReport) {
             "watch fan-out: {} watchers, {} of {} events received; write-ack → event latency: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
             w.clients, r.watch_received_events, r.watch_expected_events, w.p50_ms, w.p99_ms, w.max_ms
         );
+    }
+    for (what, ms) in [("create", r.create_server_cpu_ms), ("update", r.update_server_cpu_ms)] {
+        if let Some(ms) = ms {
+            println!("server CPU per {what}: {ms:.2} ms (all servers)");
+        }
+    }
+    if let Some(p) = &r.pods {
+        print_pod_phases(p, &row);
     }
 }

@@ -1,4 +1,5 @@
-//! `keelson bench api`: the Kubernetes API under load (see [`api`]).
+//! `keelson bench api`: the Kubernetes API under load, and the pod-shaped load of the
+//! scheduler and node agents (see [`api`], `api_pods`).
 //!
 //! `keelson bench scheduler`: hollow nodes and a burst of pods (see `scheduler`).
 //!
@@ -26,6 +27,7 @@
 
 mod agent_process;
 mod api;
+mod api_pods;
 mod controllers;
 mod failover;
 mod ingress;
