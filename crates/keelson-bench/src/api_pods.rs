@@ -86,6 +86,8 @@ pub struct PodPhases {
     /// Server CPU milliseconds (all servers) per pod round.
     pub round_server_cpu_ms: Option<f64>,
     pub pods_loaded: usize,
+    /// The largest server's RSS before the simulated nodes and pods, MiB.
+    pub rss_before_pods_mb: Option<f64>,
     /// The largest server's RSS with the pods loaded, MiB.
     pub rss_with_pods_mb: Option<f64>,
     /// (what was listed, the phase).
@@ -226,6 +228,8 @@ async fn cores_over(servers: &[String], secs: u64) -> Option<f64> {
 /// The pod-shaped phases; `clients` holds one client per server, `servers` their addresses.
 pub(crate) async fn pod_phases(args: &ApiBenchArgs, clients: &[kube::Client], servers: &[String]) -> anyhow::Result<PodPhases> {
     let mut out = PodPhases::default();
+    let sample = ServerSample::now(servers);
+    out.rss_before_pods_mb = (sample.count > 0).then_some(sample.largest_rss_mb);
     let nodes = args.lease_nodes.max(1);
     eprintln!("bench: {nodes} simulated nodes (Node, Lease)");
     create_nodes(&clients[0], nodes).await?;
@@ -391,6 +395,6 @@ pub(crate) fn print_pod_phases(p: &PodPhases, row: &dyn Fn(&str, &PhaseResult)) 
         println!("server CPU per pod round: {ms:.2} ms (all servers)");
     }
     if let Some(mb) = p.rss_with_pods_mb {
-        println!("largest server RSS with {} pods: {mb:.0} MiB", p.pods_loaded);
+        println!("largest server RSS with {} pods: {mb:.0} MiB (before the nodes and pods: {:.0} MiB)", p.pods_loaded, p.rss_before_pods_mb.unwrap_or(0.0));
     }
 }
