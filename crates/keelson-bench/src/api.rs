@@ -72,6 +72,11 @@ pub struct BenchTarget {
     /// Print one JSON object on stdout instead of the summary.
     #[arg(long)]
     pub json: bool,
+    /// One more argument for every `keelson server` of the started cluster (repeatable),
+    /// for example `--server-arg=--no-components` to measure the servers without the
+    /// scheduler and controller manager; ignored with `--kubeconfig`.
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    pub server_args: Vec<String>,
 }
 
 /// Runs `bench` with one client per server of the target's cluster (a 3-server cluster
@@ -101,7 +106,7 @@ where
     Fut: std::future::Future<Output = anyhow::Result<R>>,
 {
     let tmp = tempfile::tempdir()?;
-    let (kubeconfig, cluster) = bench_cluster(target.kubeconfig.as_ref(), tmp.path()).await?;
+    let (kubeconfig, cluster) = bench_cluster(target, tmp.path()).await?;
     let clients = clients_from(&kubeconfig).await?;
     let report = bench(clients, kubeconfig.clone()).await;
     if let Some(c) = cluster {
@@ -203,11 +208,12 @@ pub struct ApiReport {
 
 /// The cluster a bench drives: the one `kubeconfig` names, or a 3-server cluster of this
 /// binary started in `tmp` (returned, for the bench to stop).
-pub(crate) async fn bench_cluster(kubeconfig: Option<&PathBuf>, tmp: &std::path::Path) -> anyhow::Result<(PathBuf, Option<Cluster>)> {
-    if let Some(k) = kubeconfig {
+pub(crate) async fn bench_cluster(target: &BenchTarget, tmp: &std::path::Path) -> anyhow::Result<(PathBuf, Option<Cluster>)> {
+    if let Some(k) = &target.kubeconfig {
         return Ok((k.clone(), None));
     }
-    let spec = ClusterSpec::loopback(3, std::env::current_exe()?, tmp.join("keelson"));
+    let mut spec = ClusterSpec::loopback(3, std::env::current_exe()?, tmp.join("keelson"));
+    spec.server_args.extend(target.server_args.iter().cloned());
     let c = Cluster::start(spec, |m| eprintln!("bench: keelson: {m}")).await?;
     c.wait_api(Duration::from_secs(60)).await?;
     Ok((c.kubeconfig_path(), Some(c)))

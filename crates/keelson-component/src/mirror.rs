@@ -11,10 +11,14 @@ use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, watcher};
+use kube::runtime::WatchStreamExt;
 use tokio::sync::Notify;
 
 /// One change a reflector saw, after its store took it.
 pub enum Change<'a, K> {
+    /// The start of an initial (re)list: until [`Change::InitDone`] the store still holds
+    /// the previous list.
+    Init,
     /// An object added or modified while watching.
     Apply(&'a K),
     /// An object of an initial (re)list.
@@ -29,9 +33,18 @@ impl<'a, K> Change<'a, K> {
     pub fn object(&self) -> Option<&'a K> {
         match self {
             Change::Apply(o) | Change::InitApply(o) | Change::Delete(o) => Some(o),
-            Change::InitDone => None,
+            Change::Init | Change::InitDone => None,
         }
     }
+}
+
+/// Drops from an object, before it is mirrored, what no component reads:
+/// `metadata.managedFields`, server-side apply's ownership records, which are often the
+/// larger part of a small object (a pod's status patches, a node's heartbeats). A write
+/// made from a mirrored copy keeps the stored records, as an update without
+/// managedFields does.
+pub fn strip_for_mirror<K: kube::Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
 }
 
 /// Mirrors what `config` selects of `api` into a store, handing every change to `route`;
@@ -45,8 +58,20 @@ where
     Fut: Future<Output = ()> + Send,
 {
     let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config));
-    let task = tokio::spawn(async move {
+    (store, routed_reflector_into(writer, api, config, route, on_error))
+}
+
+/// [`routed_reflector`] into the store of `writer`, made by the caller (who can then hand
+/// the store to its route).
+pub fn routed_reflector_into<K, R, E, Fut>(writer: reflector::store::Writer<K>, api: Api<K>, config: watcher::Config, route: R, on_error: E) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    R: Fn(Change<'_, K>) + Send + 'static,
+    E: Fn(watcher::Error) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let stream = reflector::reflector(writer, watcher(api, config).modify(strip_for_mirror));
+    tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
             match ev {
@@ -54,15 +79,14 @@ where
                 Ok(watcher::Event::InitApply(o)) => route(Change::InitApply(&o)),
                 Ok(watcher::Event::Delete(o)) => route(Change::Delete(&o)),
                 Ok(watcher::Event::InitDone) => route(Change::InitDone),
-                Ok(watcher::Event::Init) => {}
+                Ok(watcher::Event::Init) => route(Change::Init),
                 Err(e) => {
                     on_error(e).await;
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             }
         }
-    });
-    (store, task)
+    })
 }
 
 /// Mirrors `api` into a store, notifying `changed` after each change (once for a whole
@@ -72,7 +96,7 @@ where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
     let route = move |c: Change<'_, K>| {
-        if !matches!(c, Change::InitApply(_)) {
+        if !matches!(c, Change::Init | Change::InitApply(_)) {
             changed.notify_one();
         }
     };

@@ -1,7 +1,7 @@
-//! One reflector per resource, shared by every controller of a term, and the routing of
-//! their events to the controllers' work queues: a pod to the ReplicaSet that controls
-//! it (or, for an orphan, every ReplicaSet of its namespace that might adopt it), a
-//! ReplicaSet to itself and its Deployment, a Deployment to itself.
+//! The controller manager's term: its mirrors (one per kind, [`SharedReflectors`]) and
+//! the routing of their events to the controllers' work queues: a pod to the ReplicaSet
+//! that controls it (or, for an orphan, every ReplicaSet of its namespace that might
+//! adopt it), a ReplicaSet to itself and its Deployment, a Deployment to itself.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +18,7 @@ use kube::Resource;
 
 use crate::expectations::Expectations;
 use crate::pods::controller_of;
+use crate::shared_reflectors::SharedReflectors;
 use crate::work::{named_queue, WorkQueue};
 
 /// A sync failed.
@@ -74,41 +75,47 @@ where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     F: Fn(&K) + Send + 'static,
 {
-    let on_error = move |e: watcher::Error| {
+    keelson_component::mirror::routed_reflector(api, config, move |c| c.object().into_iter().for_each(&route), watch_error_reporter(denials))
+}
+
+/// What a controller reflector does with a watch error (before it retries): one the
+/// component's role does not allow is reported as a denial, others only logged.
+pub(crate) fn watch_error_reporter(denials: Arc<keelson_component::denied::DenialReporter>) -> impl Fn(watcher::Error) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + 'static {
+    move |e: watcher::Error| {
         let denials = denials.clone();
-        async move {
+        Box::pin(async move {
             match keelson_component::denied::forbidden_in_watch(&e) {
                 Some(m) => denials.report(&m).await,
                 None => tracing::debug!(error = %e, "controller watch; retrying"),
             }
-        }
-    };
-    keelson_component::mirror::routed_reflector(api, config, move |c| c.object().into_iter().for_each(&route), on_error)
+        })
+    }
 }
 
 /// Runs every controller until the term ends.
 pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) {
     let client = term.client.clone();
+    let reflectors = SharedReflectors::new(&term);
     let (rs_queue, rs_rx) = named_queue(&term, "replicaset");
     let (deployment_queue, deployment_rx) = named_queue(&term, "deployment");
     let (pdb_queue, pdb_rx) = named_queue(&term, "disruption");
-    let (pdbs, pdb_task) = {
+    let pdbs = {
         let pq = pdb_queue.clone();
-        reflect(Api::<PodDisruptionBudget>::all(client.clone()), term.denials.clone(), move |b: &PodDisruptionBudget| pq.add(&key_of(b)))
+        reflectors.watch(move |b: &PodDisruptionBudget| pq.add(&key_of(b)))
     };
-    let (replicasets, rs_task) = {
+    let replicasets = {
         let (rq, dq) = (rs_queue.clone(), deployment_queue.clone());
-        reflect(Api::<ReplicaSet>::all(client.clone()), term.denials.clone(), move |rs: &ReplicaSet| {
+        reflectors.watch(move |rs: &ReplicaSet| {
             rq.add(&key_of(rs));
             if let Some(owner) = controller_of(&rs.metadata).filter(|o| o.kind == "Deployment") {
                 dq.add(&format!("{}/{}", rs.metadata.namespace.as_deref().unwrap_or("default"), owner.name));
             }
         })
     };
-    let (pods, pod_task) = {
+    let pods = {
         let (rq, pq) = (rs_queue.clone(), pdb_queue.clone());
         let (sets, budgets) = (replicasets.clone(), pdbs.clone());
-        reflect(Api::<Pod>::all(client.clone()), term.denials.clone(), move |pod: &Pod| {
+        reflectors.watch(move |pod: &Pod| {
             let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
             for b in budgets.state().iter().filter(|b| b.metadata.namespace.as_deref() == Some(ns)) {
                 pq.add(&key_of(b.as_ref()));
@@ -124,9 +131,9 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
             }
         })
     };
-    let (deployments, deployment_task) = {
+    let deployments = {
         let dq = deployment_queue.clone();
-        reflect(Api::<Deployment>::all(client.clone()), term.denials.clone(), move |d: &Deployment| dq.add(&key_of(d)))
+        reflectors.watch(move |d: &Deployment| dq.add(&key_of(d)))
     };
     let ctx = Arc::new(Ctx {
         rs_events: EventRecorder::new(client.clone(), "replicaset-controller", &term.identity),
@@ -146,24 +153,20 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
     // ends with the term): inside one future with the others, every sync would run on a
     // deeper stack — a debug build overflowed it once.
     let mut groups = vec![
-        tokio::spawn(crate::volumes::run(term.clone())),
-        tokio::spawn(crate::workloads::run(term.clone())),
+        tokio::spawn(crate::volumes::run(term.clone(), reflectors.clone())),
+        tokio::spawn(crate::workloads::run(term.clone(), reflectors.clone())),
         tokio::spawn(crate::namespaces::run(term.clone(), config.root_ca_pem.clone())),
-        tokio::spawn(crate::services::run(term.clone())),
+        tokio::spawn(crate::services::run(term.clone(), reflectors.clone())),
         tokio::spawn(crate::garbage::generic::run(term.clone())),
     ];
-    let ready = async {
-        let _ = ctx.pods.wait_until_ready().await;
-        let _ = ctx.replicasets.wait_until_ready().await;
-        let _ = ctx.deployments.wait_until_ready().await;
-        let _ = ctx.pdbs.wait_until_ready().await;
-    };
+    // Every mirror this group asked for (and any other group's so far) has listed.
+    let ready = reflectors.listed();
     tokio::select! {
         _ = term.ended.cancelled() => {}
         _ = async {
             ready.await;
             // The node controllers share this term's pod reflector, so they start once it is.
-            groups.push(tokio::spawn(crate::node_informers::run(term.clone(), ctx.pods.clone(), config)));
+            groups.push(tokio::spawn(crate::node_informers::run(term.clone(), reflectors.clone(), ctx.pods.clone(), config)));
             tokio::join!(
                 crate::replicaset::run(ctx.clone(), rs_rx),
                 crate::deployment::run(ctx.clone(), deployment_rx),
@@ -173,12 +176,10 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
         } => {}
     }
     term.ended.cancel();
-    for t in [rs_task, pod_task, deployment_task, pdb_task] {
-        t.abort();
-    }
     for g in groups {
         let _ = g.await;
     }
+    reflectors.stop();
     tracing::info!("controller manager inactive");
 }
 

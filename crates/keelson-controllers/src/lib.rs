@@ -46,6 +46,7 @@ pub mod selector;
 pub mod serviceaccount;
 pub mod servicelb;
 mod services;
+mod shared_reflectors;
 pub mod statefulset;
 pub mod tainteviction;
 pub mod volume;

@@ -1,5 +1,5 @@
-//! What the node controllers of a term share: reflectors of Nodes and of the node Leases
-//! in `kube-node-lease`, the term's pod reflector, and wake-ups on Node changes for the
+//! What the node controllers of a term share: the term's mirrors of Nodes and pods, a
+//! reflector of the node Leases in `kube-node-lease`, and wake-ups on Node changes for the
 //! controllers that act on them at once (IPAM, taint eviction); the lifecycle controller
 //! looks at every Node each monitor period, as Kubernetes' does, and the pod garbage
 //! collector every 20 s.
@@ -14,6 +14,7 @@ use kube::runtime::reflector::Store;
 use tokio::sync::Notify;
 
 use crate::informers::reflect;
+use crate::shared_reflectors::SharedReflectors;
 use crate::ControllerConfig;
 
 /// The namespace of node heartbeat Leases.
@@ -29,12 +30,12 @@ pub(crate) struct NodeInformers {
 }
 
 /// Runs the node controllers until the term ends.
-pub(crate) async fn run(term: Leadership, pods: Store<Pod>, config: ControllerConfig) {
+pub(crate) async fn run(term: Leadership, reflectors: Arc<SharedReflectors>, pods: Store<Pod>, config: ControllerConfig) {
     let client = term.client.clone();
     let (ipam_wake, eviction_wake) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let (nodes, node_task) = {
+    let nodes = {
         let (a, b) = (ipam_wake.clone(), eviction_wake.clone());
-        reflect(Api::<Node>::all(client.clone()), term.denials.clone(), move |_: &Node| {
+        reflectors.watch(move |_: &Node| {
             a.notify_one();
             b.notify_one();
         })
@@ -44,7 +45,7 @@ pub(crate) async fn run(term: Leadership, pods: Store<Pod>, config: ControllerCo
     tokio::select! {
         _ = term.ended.cancelled() => {}
         _ = async {
-            let _ = informers.nodes.wait_until_ready().await;
+            reflectors.listed().await;
             let _ = informers.leases.wait_until_ready().await;
             tokio::join!(
                 crate::nodeipam::run(informers.clone(), config.node_ipam),
@@ -54,6 +55,5 @@ pub(crate) async fn run(term: Leadership, pods: Store<Pod>, config: ControllerCo
             );
         } => {}
     }
-    node_task.abort();
     lease_task.abort();
 }

@@ -16,7 +16,6 @@ use keelson_component::events::EventRecorder;
 use keelson_component::Leadership;
 use kube::api::Api;
 use kube::runtime::reflector::Store;
-use kube::Resource;
 
 use crate::endpointslice::reconcile::SERVICE_NAME_LABEL;
 use crate::informers::key_of;
@@ -55,15 +54,6 @@ impl ServiceCtx {
     }
 }
 
-/// A reflector of the term's own, through the shared one.
-fn reflect<K, F>(api: Api<K>, term: &Leadership, route: F) -> (Store<K>, tokio::task::JoinHandle<()>)
-where
-    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    F: Fn(&K) + Send + 'static,
-{
-    crate::informers::reflect(api, term.denials.clone(), route)
-}
-
 /// Queues the Service of namespace `ns` that an object is for.
 fn both(sq: &WorkQueue, eq: &WorkQueue, key: &str) {
     sq.add(key);
@@ -71,45 +61,45 @@ fn both(sq: &WorkQueue, eq: &WorkQueue, key: &str) {
 }
 
 /// Runs the service controllers until the term ends.
-pub async fn run(term: Leadership) {
+pub async fn run(term: Leadership, reflectors: Arc<crate::shared_reflectors::SharedReflectors>) {
     let client = term.client.clone();
     let (slice_queue, slice_rx) = named_queue(&term, "endpoint_slice");
     let (endpoints_queue, endpoints_rx) = named_queue(&term, "endpoint");
     let (lb_queue, lb_rx) = named_queue(&term, "service");
     let (ingress_queue, ingress_rx) = named_queue(&term, "ingress_status");
-    let (ingresses, ingress_task) = {
+    let ingresses = {
         let iq = ingress_queue.clone();
-        reflect(Api::<Ingress>::all(client.clone()), &term, move |i: &Ingress| iq.add(&key_of(i)))
+        reflectors.watch(move |i: &Ingress| iq.add(&key_of(i)))
     };
     let every_ingress = {
         let (iq, ings) = (ingress_queue.clone(), ingresses.clone());
         move || ings.state().iter().for_each(|i| iq.add(&key_of(i.as_ref())))
     };
-    let (ingress_classes, class_task) = {
+    let ingress_classes = {
         let every = every_ingress.clone();
-        reflect(Api::<IngressClass>::all(client.clone()), &term, move |_: &IngressClass| every())
+        reflectors.watch(move |_: &IngressClass| every())
     };
-    let (services, service_task) = {
+    let services = {
         let (sq, eq, lq) = (slice_queue.clone(), endpoints_queue.clone(), lb_queue.clone());
-        reflect(Api::<Service>::all(client.clone()), &term, move |s: &Service| {
+        reflectors.watch(move |s: &Service| {
             both(&sq, &eq, &key_of(s));
             lq.add(&key_of(s));
         })
     };
-    let (pods, pod_task) = {
+    let pods = {
         let (sq, eq) = (slice_queue.clone(), endpoints_queue.clone());
         let svcs = services.clone();
-        reflect(Api::<Pod>::all(client.clone()), &term, move |p: &Pod| {
+        reflectors.watch(move |p: &Pod| {
             let ns = p.metadata.namespace.as_deref();
             for s in svcs.state().iter().filter(|s| s.metadata.namespace.as_deref() == ns) {
                 both(&sq, &eq, &key_of(s.as_ref()));
             }
         })
     };
-    let (nodes, node_task) = {
+    let nodes = {
         let (sq, lq) = (slice_queue.clone(), lb_queue.clone());
         let svcs = services.clone();
-        reflect(Api::<Node>::all(client.clone()), &term, move |_: &Node| {
+        reflectors.watch(move |_: &Node| {
             for s in svcs.state() {
                 sq.add(&key_of(s.as_ref()));
                 lq.add(&key_of(s.as_ref()));
@@ -117,9 +107,9 @@ pub async fn run(term: Leadership) {
             every_ingress();
         })
     };
-    let (slices, slice_task) = {
+    let slices = {
         let (sq, lq) = (slice_queue.clone(), lb_queue.clone());
-        reflect(Api::<EndpointSlice>::all(client.clone()), &term, move |s: &EndpointSlice| {
+        reflectors.watch(move |s: &EndpointSlice| {
             if let Some(svc) = s.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) {
                 let key = format!("{}/{svc}", s.metadata.namespace.as_deref().unwrap_or("default"));
                 sq.add(&key);
@@ -127,9 +117,9 @@ pub async fn run(term: Leadership) {
             }
         })
     };
-    let (endpoints, endpoints_task) = {
+    let endpoints = {
         let eq = endpoints_queue.clone();
-        reflect(Api::<Endpoints>::all(client.clone()), &term, move |e: &Endpoints| eq.add(&key_of(e)))
+        reflectors.watch(move |e: &Endpoints| eq.add(&key_of(e)))
     };
     let ctx = Arc::new(ServiceCtx {
         slice_events: EventRecorder::new(client.clone(), "endpointslice-controller", &term.identity),
@@ -146,15 +136,8 @@ pub async fn run(term: Leadership) {
         ingress_classes,
         ingress_queue,
     });
-    let ready = async {
-        let _ = ctx.services.wait_until_ready().await;
-        let _ = ctx.pods.wait_until_ready().await;
-        let _ = ctx.nodes.wait_until_ready().await;
-        let _ = ctx.slices.wait_until_ready().await;
-        let _ = ctx.endpoints.wait_until_ready().await;
-        let _ = ctx.ingresses.wait_until_ready().await;
-        let _ = ctx.ingress_classes.wait_until_ready().await;
-    };
+    // Every mirror this group asked for (and any other group's so far) has listed.
+    let ready = reflectors.listed();
     tokio::select! {
         _ = term.ended.cancelled() => {}
         _ = async {
@@ -168,9 +151,6 @@ pub async fn run(term: Leadership) {
                 ensure_kube_dns(&ctx),
             );
         } => {}
-    }
-    for t in [service_task, pod_task, node_task, slice_task, endpoints_task, ingress_task, class_task] {
-        t.abort();
     }
 }
 

@@ -64,40 +64,40 @@ fn unbound(c: &PersistentVolumeClaim) -> bool {
 }
 
 /// Runs the volume controller until the term ends.
-pub async fn run(term: Leadership) {
+pub async fn run(term: Leadership, reflectors: Arc<crate::shared_reflectors::SharedReflectors>) {
     let client = term.client.clone();
     let (claim_queue, claim_rx) = named_queue(&term, "claims");
     let (volume_queue, volume_rx) = named_queue(&term, "volumes");
-    let (claims, claim_task) = {
+    let claims = {
         let (cq, vq) = (claim_queue.clone(), volume_queue.clone());
-        crate::informers::reflect(Api::<PersistentVolumeClaim>::all(client.clone()), term.denials.clone(), move |c: &PersistentVolumeClaim| {
+        reflectors.watch(move |c: &PersistentVolumeClaim| {
             cq.add(&key_of(c));
             if let Some(v) = c.spec.as_ref().and_then(|s| s.volume_name.as_deref()).filter(|v| !v.is_empty()) {
                 vq.add(v);
             }
         })
     };
-    let (volumes, volume_task) = {
+    let volumes = {
         let (cq, vq) = (claim_queue.clone(), volume_queue.clone());
-        crate::informers::reflect(Api::<PersistentVolume>::all(client.clone()), term.denials.clone(), move |v: &PersistentVolume| {
+        reflectors.watch(move |v: &PersistentVolume| {
             vq.add(v.metadata.name.as_deref().unwrap_or(""));
             if let Some(r) = v.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) {
                 cq.add(&format!("{}/{}", r.namespace.as_deref().unwrap_or("default"), r.name.as_deref().unwrap_or("")));
             }
         })
     };
-    let (classes, class_task) = {
+    let classes = {
         let (cq, cs) = (claim_queue.clone(), claims.clone());
-        crate::informers::reflect(Api::<StorageClass>::all(client.clone()), term.denials.clone(), move |sc: &StorageClass| {
+        reflectors.watch(move |sc: &StorageClass| {
             let names_none = |c: &PersistentVolumeClaim| c.spec.as_ref().is_some_and(|s| s.storage_class_name.is_none());
             for c in cs.state().iter().filter(|c| unbound(c) && (names_none(c) || binder::claim_class(c) == sc.metadata.name.as_deref().unwrap_or(""))) {
                 cq.add(&key_of(c.as_ref()));
             }
         })
     };
-    let (nodes, node_task) = {
+    let nodes = {
         let (cq, cs) = (claim_queue.clone(), claims.clone());
-        crate::informers::reflect(Api::<Node>::all(client.clone()), term.denials.clone(), move |n: &Node| {
+        reflectors.watch(move |n: &Node| {
             let name = n.metadata.name.as_deref();
             for c in cs.state().iter().filter(|c| unbound(c) && binder::annotation(&c.metadata, SELECTED_NODE) == name) {
                 cq.add(&key_of(c.as_ref()));
@@ -115,12 +115,8 @@ pub async fn run(term: Leadership) {
         volume_queue,
         last_event: Mutex::default(),
     });
-    let ready = async {
-        let _ = ctx.claims.wait_until_ready().await;
-        let _ = ctx.volumes.wait_until_ready().await;
-        let _ = ctx.classes.wait_until_ready().await;
-        let _ = ctx.nodes.wait_until_ready().await;
-    };
+    // Every mirror this group asked for (and any other group's so far) has listed.
+    let ready = reflectors.listed();
     tokio::select! {
         _ = term.ended.cancelled() => {}
         _ = async {
@@ -132,9 +128,6 @@ pub async fn run(term: Leadership) {
                 ensure_default_class(&ctx),
             );
         } => {}
-    }
-    for t in [claim_task, volume_task, class_task, node_task] {
-        t.abort();
     }
 }
 

@@ -15,7 +15,6 @@ use keelson_component::events::EventRecorder;
 use keelson_component::Leadership;
 use kube::api::Api;
 use kube::runtime::reflector::Store;
-use kube::Resource;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -80,40 +79,31 @@ pub struct WorkloadCtx {
     pub statefulset_events: EventRecorder,
 }
 
-/// A reflector of the term's own, through the shared one.
-fn reflect<K, F>(api: Api<K>, term: &Leadership, route: F) -> (Store<K>, tokio::task::JoinHandle<()>)
-where
-    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    F: Fn(&K) + Send + 'static,
-{
-    crate::informers::reflect(api, term.denials.clone(), route)
-}
-
 fn owner_key(meta: &ObjectMeta, kind: &str) -> Option<String> {
     let owner = controller_of(meta).filter(|o| o.kind == kind)?;
     Some(format!("{}/{}", meta.namespace.as_deref().unwrap_or("default"), owner.name))
 }
 
 /// Runs the workload controllers until the term ends.
-pub async fn run(term: Leadership) {
+pub async fn run(term: Leadership, reflectors: Arc<crate::shared_reflectors::SharedReflectors>) {
     let client = term.client.clone();
     let (job_queue, job_rx) = named_queue(&term, "job");
     let (cronjob_queue, cronjob_rx) = named_queue(&term, "cronjob");
     let (daemonset_queue, daemonset_rx) = named_queue(&term, "daemonset");
     let (statefulset_queue, statefulset_rx) = named_queue(&term, "statefulset");
-    let (jobs, job_task) = {
+    let jobs = {
         let (jq, cq) = (job_queue.clone(), cronjob_queue.clone());
-        reflect(Api::<Job>::all(client.clone()), &term, move |j: &Job| {
+        reflectors.watch(move |j: &Job| {
             jq.add(&key_of(j));
             if let Some(k) = owner_key(&j.metadata, "CronJob") {
                 cq.add(&k);
             }
         })
     };
-    let (pods, pod_task) = {
+    let pods = {
         let (jq, dq, sq) = (job_queue.clone(), daemonset_queue.clone(), statefulset_queue.clone());
         let all_jobs = jobs.clone();
-        reflect(Api::<Pod>::all(client.clone()), &term, move |p: &Pod| {
+        reflectors.watch(move |p: &Pod| {
             if let Some(k) = owner_key(&p.metadata, "Job") {
                 jq.add(&k);
             }
@@ -134,13 +124,13 @@ pub async fn run(term: Leadership) {
             }
         })
     };
-    let (statefulsets, statefulset_task) = {
+    let statefulsets = {
         let sq = statefulset_queue.clone();
-        reflect(Api::<StatefulSet>::all(client.clone()), &term, move |s: &StatefulSet| sq.add(&key_of(s)))
+        reflectors.watch(move |s: &StatefulSet| sq.add(&key_of(s)))
     };
-    let (revisions, revision_task) = {
+    let revisions = {
         let (dq, sq) = (daemonset_queue.clone(), statefulset_queue.clone());
-        reflect(Api::<ControllerRevision>::all(client.clone()), &term, move |r: &ControllerRevision| {
+        reflectors.watch(move |r: &ControllerRevision| {
             if let Some(k) = owner_key(&r.metadata, "DaemonSet") {
                 dq.add(&k);
             }
@@ -149,19 +139,19 @@ pub async fn run(term: Leadership) {
             }
         })
     };
-    let (claims, claim_task) = reflect(Api::<PersistentVolumeClaim>::all(client.clone()), &term, |_: &PersistentVolumeClaim| {});
-    let (cronjobs, cronjob_task) = {
+    let claims = reflectors.watch(|_: &PersistentVolumeClaim| {});
+    let cronjobs = {
         let cq = cronjob_queue.clone();
-        reflect(Api::<CronJob>::all(client.clone()), &term, move |c: &CronJob| cq.add(&key_of(c)))
+        reflectors.watch(move |c: &CronJob| cq.add(&key_of(c)))
     };
-    let (daemonsets, daemonset_task) = {
+    let daemonsets = {
         let dq = daemonset_queue.clone();
-        reflect(Api::<DaemonSet>::all(client.clone()), &term, move |d: &DaemonSet| dq.add(&key_of(d)))
+        reflectors.watch(move |d: &DaemonSet| dq.add(&key_of(d)))
     };
-    let (nodes, node_task) = {
+    let nodes = {
         let dq = daemonset_queue.clone();
         let sets = daemonsets.clone();
-        reflect(Api::<Node>::all(client.clone()), &term, move |_: &Node| {
+        reflectors.watch(move |_: &Node| {
             for d in sets.state() {
                 dq.add(&key_of(d.as_ref()));
             }
@@ -188,16 +178,8 @@ pub async fn run(term: Leadership) {
         expectations: Expectations::default(),
         job_status_written: WrittenVersions::default(),
     });
-    let ready = async {
-        let _ = ctx.pods.wait_until_ready().await;
-        let _ = ctx.jobs.wait_until_ready().await;
-        let _ = ctx.cronjobs.wait_until_ready().await;
-        let _ = ctx.daemonsets.wait_until_ready().await;
-        let _ = ctx.nodes.wait_until_ready().await;
-        let _ = ctx.statefulsets.wait_until_ready().await;
-        let _ = ctx.claims.wait_until_ready().await;
-        let _ = ctx.revisions.wait_until_ready().await;
-    };
+    // Every mirror this group asked for (and any other group's so far) has listed.
+    let ready = reflectors.listed();
     tokio::select! {
         _ = term.ended.cancelled() => {}
         _ = async {
@@ -211,9 +193,6 @@ pub async fn run(term: Leadership) {
                 collect_garbage(&ctx),
             );
         } => {}
-    }
-    for t in [pod_task, job_task, cronjob_task, daemonset_task, node_task, statefulset_task, claim_task, revision_task] {
-        t.abort();
     }
 }
 

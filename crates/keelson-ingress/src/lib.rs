@@ -84,7 +84,7 @@ where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
     let route = move |c: keelson_component::mirror::Change<'_, K>| {
-        if !matches!(c, keelson_component::mirror::Change::InitApply(_)) {
+        if !matches!(c, keelson_component::mirror::Change::Init | keelson_component::mirror::Change::InitApply(_)) {
             changed.notify_one();
         }
     };

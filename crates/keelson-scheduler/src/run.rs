@@ -21,6 +21,7 @@ use kube::Resource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher};
+use kube::runtime::WatchStreamExt;
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -88,7 +89,7 @@ where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     F: Fn(watcher::Event<K>) -> Option<Change> + Send + 'static,
 {
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()));
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).modify(keelson_component::mirror::strip_for_mirror));
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {

@@ -19,6 +19,7 @@ use kube::core::PartialObjectMeta;
 use kube::discovery::{verbs, Discovery, Scope};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, watcher};
+use kube::runtime::WatchStreamExt;
 
 use super::reconcile::{OWNER_KINDS, WORKLOAD_OWNER_KINDS};
 use super::Kinds;
@@ -39,7 +40,7 @@ fn mirror(client: &kube::Client, resource: &ApiResource) -> Mirror {
     let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), resource);
     let writer = reflector::store::Writer::new(resource.clone());
     let store = writer.as_reader();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()));
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).modify(keelson_component::mirror::strip_for_mirror));
     let kind = resource.kind.clone();
     let listed = Arc::new(AtomicBool::new(false));
     let flag = listed.clone();
