@@ -340,6 +340,35 @@ mod tests {
     }
 
     #[test]
+    fn an_update_without_managed_fields_keeps_the_records_and_an_empty_list_resets_them() {
+        let mut live = deploy(2, "nginx");
+        record_update(None, &mut live, "creator", "apps/v1", "t0", None);
+        let records = live["metadata"]["managedFields"].clone();
+        assert_eq!(records.as_array().map(Vec::len), Some(1));
+
+        // A client writing from a copy with the records stripped (as the components'
+        // mirrors hold objects) keeps them, and its change is recorded beside them.
+        let mut stripped = live.clone();
+        stripped["metadata"].as_object_mut().unwrap().remove("managedFields");
+        stripped["spec"]["replicas"] = json!(3);
+        record_update(Some(&live), &mut stripped, "scaler", "apps/v1", "t1", None);
+        let kept = stripped["metadata"]["managedFields"].as_array().unwrap();
+        assert_eq!(kept.len(), 2, "{kept:?}");
+        assert_eq!(kept[0]["manager"], "creator");
+        assert!(kept[0]["fieldsV1"]["f:spec"].get("f:replicas").is_none(), "replicas moved to the scaler: {kept:?}");
+        assert!(kept[1]["fieldsV1"]["f:spec"]["f:replicas"].is_object());
+
+        // An update that sends an empty list drops every record but its own.
+        let mut reset = stripped.clone();
+        reset["metadata"]["managedFields"] = json!([]);
+        reset["spec"]["replicas"] = json!(4);
+        record_update(Some(&stripped), &mut reset, "resetter", "apps/v1", "t2", None);
+        let left = reset["metadata"]["managedFields"].as_array().unwrap();
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert_eq!(left[0]["manager"], "resetter");
+    }
+
+    #[test]
     fn fields_v1_round_trips_with_keyed_items() {
         let l = leaves(&deploy(2, "nginx"));
         let v = to_fields_v1(&l);

@@ -152,12 +152,13 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
     // The controller groups with reflectors of their own run as tasks of their own (each
     // ends with the term): inside one future with the others, every sync would run on a
     // deeper stack — a debug build overflowed it once.
-    let mut groups = vec![
+    let groups = vec![
         tokio::spawn(crate::volumes::run(term.clone(), reflectors.clone())),
         tokio::spawn(crate::workloads::run(term.clone(), reflectors.clone())),
         tokio::spawn(crate::namespaces::run(term.clone(), config.root_ca_pem.clone())),
         tokio::spawn(crate::services::run(term.clone(), reflectors.clone())),
         tokio::spawn(crate::garbage::generic::run(term.clone())),
+        tokio::spawn(crate::node_informers::run(term.clone(), reflectors.clone(), config)),
     ];
     // Every mirror this group asked for (and any other group's so far) has listed.
     let ready = reflectors.listed();
@@ -165,8 +166,6 @@ pub async fn run_controllers(term: Leadership, config: crate::ControllerConfig) 
         _ = term.ended.cancelled() => {}
         _ = async {
             ready.await;
-            // The node controllers share this term's pod reflector, so they start once it is.
-            groups.push(tokio::spawn(crate::node_informers::run(term.clone(), reflectors.clone(), ctx.pods.clone(), config)));
             tokio::join!(
                 crate::replicaset::run(ctx.clone(), rs_rx),
                 crate::deployment::run(ctx.clone(), deployment_rx),

@@ -30,7 +30,8 @@ pub(crate) struct NodeInformers {
 }
 
 /// Runs the node controllers until the term ends.
-pub(crate) async fn run(term: Leadership, reflectors: Arc<SharedReflectors>, pods: Store<Pod>, config: ControllerConfig) {
+pub(crate) async fn run(term: Leadership, reflectors: Arc<SharedReflectors>, config: ControllerConfig) {
+    let pods = reflectors.store::<Pod>();
     let client = term.client.clone();
     let (ipam_wake, eviction_wake) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     let nodes = {

@@ -111,14 +111,29 @@ impl SharedReflectors {
         K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
         F: Fn(&K) + Send + 'static,
     {
-        let (store, routes) = {
-            let mut kinds = self.kinds.lock().expect("kinds lock");
-            let entry = kinds.entry(TypeId::of::<K>()).or_insert_with(|| Box::new(self.start::<K>()));
-            let shared = entry.downcast_ref::<Shared<K>>().expect("a mirror is stored under its own kind");
-            (shared.store.clone(), shared.routes.clone())
-        };
+        let (store, routes) = self.shared::<K>();
         routes.lock().expect("routes lock").add(Box::new(route), || store.state());
         store
+    }
+
+    /// The mirror of every `K` in the cluster, for a group that reads it but reacts to
+    /// none of its changes.
+    pub fn store<K>(&self) -> Store<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    {
+        self.shared::<K>().0
+    }
+
+    /// The kind's mirror, started on first use.
+    fn shared<K>(&self) -> (Store<K>, Arc<Mutex<Routes<K>>>)
+    where
+        K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    {
+        let mut kinds = self.kinds.lock().expect("kinds lock");
+        let entry = kinds.entry(TypeId::of::<K>()).or_insert_with(|| Box::new(self.start::<K>()));
+        let shared = entry.downcast_ref::<Shared<K>>().expect("a mirror is stored under its own kind");
+        (shared.store.clone(), shared.routes.clone())
     }
 
     fn start<K>(&self) -> Shared<K>

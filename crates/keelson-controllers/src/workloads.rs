@@ -139,7 +139,7 @@ pub async fn run(term: Leadership, reflectors: Arc<crate::shared_reflectors::Sha
             }
         })
     };
-    let claims = reflectors.watch(|_: &PersistentVolumeClaim| {});
+    let claims = reflectors.store::<PersistentVolumeClaim>();
     let cronjobs = {
         let cq = cronjob_queue.clone();
         reflectors.watch(move |c: &CronJob| cq.add(&key_of(c)))
