@@ -392,6 +392,22 @@ async fn the_corruption_check_names_the_member_whose_history_was_changed_under_i
 /// A byte flipped in a stopped follower's newest Raft log entry: the follower refuses to
 /// start and names the entry (never applying it), while the other two go on serving; it
 /// starts again once the entry is whole.
+/// `RunningReplica::raft_stopped` (what makes `keelson server` exit) stays pending while
+/// the Raft core runs and reports when it stops; the others go on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_reports_when_its_raft_core_stops() {
+    let cluster = TestCluster::start(3, ClusterOptions::default()).await.expect("cluster");
+    let leader = cluster.leader().await.expect("leader");
+    let victim = (leader + 1) % 3;
+    let running = cluster.running(victim).expect("running");
+    assert!(tokio::time::timeout(Duration::from_millis(500), running.raft_stopped()).await.is_err(), "reported stopped while running");
+    running.replica.raft().shutdown().await.expect("stop the core");
+    let why = tokio::time::timeout(Duration::from_secs(10), running.raft_stopped()).await.expect("the stop is reported");
+    assert!(why.contains("stopped"), "{why}");
+    cluster.client(leader).put(b"/stopped-core/after", b"v").await.expect("the others take writes");
+    cluster.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_with_a_corrupt_log_entry_refuses_to_start_and_the_others_serve() {
     let mut cluster = TestCluster::start(3, ClusterOptions::default()).await.expect("cluster");

@@ -253,3 +253,85 @@ async fn with_a_majority_low_on_disk_writes_fail_cleanly_reads_are_served_and_no
     cluster.shutdown().await;
     drop(small);
 }
+
+/// Removes a file on drop.
+struct RemovedOnDrop(PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A disk that fills to its last byte between two of the guard's checks (another program
+/// wrote it full; here, no reserve at all). RocksDB preallocated its log, so appends still
+/// fit; the first write that needs new space is a snapshot. It waits for space instead of
+/// stopping the replica's Raft core: the replica keeps leading and serving, and writes the
+/// snapshot once space returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_whose_disk_fills_to_the_last_byte_keeps_serving_and_writes_its_snapshot_when_space_returns() {
+    if !is_root() {
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root; this test needs root to mount a tmpfs");
+        eprintln!("SKIPPED: disk-full test needs root (mount a tmpfs); run as root or in CI");
+        return;
+    }
+    let base = tempfile::tempdir().expect("tempdir");
+    // keelson-1 initializes the cluster and leads: the worst place for the failure.
+    let small = Tmpfs::mount(&base.path().join("keelson-1"), 256);
+    const WRITES: usize = 30;
+    let opts = ClusterOptions { base_dir: Some(base.path().to_path_buf()), disk_reserve: Some(0), ..Default::default() };
+    let cluster = TestCluster::start(3, opts).await.expect("cluster");
+    cluster.client_all(1).put(b"/enospc/before", b"1").await.expect("write before");
+    fill_leaving(&small.0.join("fill"), 0);
+    // If the test fails, the space returns before the cluster stops.
+    let _fill = RemovedOnDrop(small.0.join("fill"));
+    let full = cluster.running(0).expect("running").replica.clone();
+    full.raft().trigger().snapshot().await.expect("ask for a snapshot");
+    eventually("the snapshot waits for space", Duration::from_secs(10), || {
+        metric(&keelson_replica::metrics::render(&full), "keelson_storage_writes_waiting_for_space") == Some(1)
+    })
+    .await;
+    for i in 0..WRITES {
+        let c = cluster.client(1 + i % 2);
+        let mut tries = 0;
+        loop {
+            match tokio::time::timeout(Duration::from_secs(5), c.put(format!("/enospc/during/{i:02}").as_bytes(), b"x")).await {
+                Ok(Ok(_)) => break,
+                other if tries < 60 => {
+                    tries += 1;
+                    eprintln!("write {i} retried: {:?}", other.map(|r| r.err().map(|e| e.to_string())));
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                other => panic!("write {i} with one replica's disk full failed: {:?}", other.map(|r| r.err().map(|e| e.to_string()))),
+            }
+        }
+    }
+    std::fs::remove_file(small.0.join("fill")).expect("free the space");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = tokio::time::timeout(
+            Duration::from_secs(5),
+            cluster.client(0).range(
+                RangeRequest { range: KeyRange::prefix("/enospc/during/"), count_only: true, ..Default::default() },
+                ReadConsistency::Linearizable,
+            ),
+        )
+        .await;
+        match r {
+            Ok(Ok(r)) if r.response.count == WRITES as i64 => break,
+            other => {
+                assert!(Instant::now() < deadline, "the replica took its part again after space returned: {:?}", other.map(|r| r.map(|r| r.response.count).map_err(|e| e.to_string())));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    cluster.client(0).put(b"/enospc/after", b"2").await.expect("a write through the replica after space returned");
+    eventually("the snapshot is written once space returns", Duration::from_secs(10), || {
+        let text = keelson_replica::metrics::render(&full);
+        metric(&text, "keelson_storage_writes_waiting_for_space") == Some(0) && metric(&text, "keelson_storage_space_retries").unwrap_or(0) > 0
+    })
+    .await;
+    assert!(full.snapshot_bytes() > 0, "the replica has a snapshot");
+    cluster.shutdown().await;
+    drop(small);
+}

@@ -326,15 +326,27 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         .await
         .context("starting the scheduler and controller manager")?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    let stopped = tokio::select! {
+        _ = tokio::signal::ctrl_c() => None,
+        _ = term.recv() => None,
+        why = running.raft_stopped() => Some(why),
+    };
+    if let Some(why) = &stopped {
+        tracing::error!(reason = %why, "the Raft core stopped: this server exits so that it can be restarted");
     }
     tracing::info!("shutting down");
-    // Components first: they release their Leases through the API, which must still serve.
-    components.stop().await;
+    // Components first: they release their Leases through the API, which must still serve
+    // (without Raft they cannot, so they are given a bounded time).
+    if stopped.is_some() {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), components.stop()).await;
+    } else {
+        components.stop().await;
+    }
     running.shutdown().await;
-    Ok(())
+    match stopped {
+        Some(why) => anyhow::bail!("the Raft core stopped ({why}); restart this server once the cause is mended (a full disk freed, a corrupt replica rebuilt)"),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

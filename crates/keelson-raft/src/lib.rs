@@ -15,6 +15,7 @@ pub mod backup_file;
 pub mod disk_guard;
 pub mod mem_log_store;
 pub mod network;
+pub mod out_of_space;
 pub mod snapshot_file;
 pub mod state_machine;
 pub mod transport_service;

@@ -239,7 +239,7 @@ impl<B: KvBackend> RaftStateMachine<KeelsonRaft> for KeelsonStateMachine<B> {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        KeelsonSnapshotBuilder { store: self.store.clone(), dir: self.snapshot_dir.clone() }
+        KeelsonSnapshotBuilder { store: self.store.clone(), dir: self.snapshot_dir.clone(), machine: self.applied.subscribe() }
     }
 
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: SnapshotFile) -> Result<(), io::Error> {
@@ -281,6 +281,9 @@ impl<B: KvBackend> RaftStateMachine<KeelsonRaft> for KeelsonStateMachine<B> {
 pub struct KeelsonSnapshotBuilder<B: KvBackend> {
     store: Arc<MvccStore<B>>,
     dir: PathBuf,
+    /// Closed once the state machine is gone (Raft shut down): a build waiting for space
+    /// gives up then.
+    machine: watch::Receiver<AppliedPosition>,
 }
 
 impl<B: KvBackend> RaftSnapshotBuilder<KeelsonRaft> for KeelsonSnapshotBuilder<B> {
@@ -289,7 +292,11 @@ impl<B: KvBackend> RaftSnapshotBuilder<KeelsonRaft> for KeelsonSnapshotBuilder<B
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let store = self.store.clone();
         let dir = self.dir.clone();
-        tokio::task::spawn_blocking(move || build_snapshot_blocking(&store, &dir))
+        let machine = self.machine.clone();
+        // A snapshot that cannot be written for space is built again once there is room
+        // (an error would stop the Raft core), unless Raft shuts down meanwhile.
+        let gone = move || machine.has_changed().is_err();
+        tokio::task::spawn_blocking(move || crate::out_of_space::retry_blocking("snapshot", gone, || build_snapshot_blocking(&store, &dir)))
             .await
             .map_err(io::Error::other)?
     }
@@ -320,7 +327,9 @@ pub fn restore_snapshot<B: KvBackend>(store: &MvccStore<B>, snapshot: &Path) -> 
 
 fn build_snapshot_blocking<B: KvBackend>(store: &MvccStore<B>, dir: &Path) -> Result<Snapshot, io::Error> {
     let tmp = dir.join(format!("building-{}.tmp", std::process::id()));
-    let meta = write_snapshot_file(store, &tmp)?;
+    let meta = write_snapshot_file(store, &tmp).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })?;
     // The snapshot lets Raft purge the log it covers, so the state it covers must be
     // durable: sync after the view was read, so everything in it is flushed.
     store.backend().sync().map_err(io::Error::other)?;

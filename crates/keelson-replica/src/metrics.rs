@@ -88,6 +88,8 @@ fn encode(status: &MemberStatus, sizes: &[EngineSize], stats: &ReplicaStats, sna
         ("keelson_storage_reserve_bytes", "Free bytes the replica keeps on its data directory; below that it appends nothing", space.reserve.min(i64::MAX as u64) as i64),
         ("keelson_storage_space_low", "1 while the data directory is below its reserve and the replica appends nothing", i64::from(space.low)),
         ("keelson_storage_appends_refused", "Appends, votes and snapshots this replica refused for want of disk space", space.refused as i64),
+        ("keelson_storage_writes_waiting_for_space", "Snapshot writes the file system refused for space, waiting to be retried", keelson_raft::out_of_space::waiting() as i64),
+        ("keelson_storage_space_retries", "Snapshot writes retried after the file system refused them for space", keelson_raft::out_of_space::retries() as i64),
     ] {
         let gauge = Gauge::<i64>::default();
         gauge.set(value);

@@ -1,5 +1,6 @@
 //! Starting and stopping a replica: storage, Raft, services, background tasks.
 
+use openraft::async_runtime::WatchReceiver;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,6 +59,23 @@ impl RunningReplica {
     /// A token that is cancelled when the replica shuts down.
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
+    }
+
+    /// Resolves, with the reason, once this replica's Raft core has stopped for good: a
+    /// storage error it cannot go on from (its own log refused a write, or an entry read
+    /// back is corrupt). The replica then serves nothing that needs Raft, and only a
+    /// restart (with the cause mended) brings it back; `keelson server` exits. Pending
+    /// for as long as the core runs (a core shut down on purpose reports that it stopped).
+    pub async fn raft_stopped(&self) -> String {
+        let mut metrics = self.replica.raft().metrics();
+        loop {
+            if let Err(fatal) = &metrics.borrow_and_update().running_state {
+                return fatal.to_string();
+            }
+            if metrics.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
     }
 
     /// Stops serving, stops Raft and waits for background tasks.
