@@ -40,8 +40,15 @@ impl Drop for Tmpfs {
     }
 }
 
-fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
+/// True as root; otherwise says loudly that the test skips (never under CI, which runs as
+/// root).
+fn root_or_skip() -> bool {
+    let root = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false);
+    if !root {
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root; this test needs root to mount a tmpfs");
+        eprintln!("SKIPPED: disk-full test needs root (mount a tmpfs); run as root or in CI");
+    }
+    root
 }
 
 /// Fills the file system holding `dir` with `fill`, then gives back `leave` bytes.
@@ -74,9 +81,7 @@ async fn eventually<F: FnMut() -> bool>(what: &str, limit: Duration, mut ok: F) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_whose_disk_fills_stops_appending_hands_over_leadership_and_catches_up_when_space_returns() {
-    if !is_root() {
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root; this test needs root to mount a tmpfs");
-        eprintln!("SKIPPED: disk-full test needs root (mount a tmpfs); run as root or in CI");
+    if !root_or_skip() {
         return;
     }
     let base = tempfile::tempdir().expect("tempdir");
@@ -166,9 +171,7 @@ async fn a_replica_whose_disk_fills_stops_appending_hands_over_leadership_and_ca
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_a_majority_low_on_disk_writes_fail_cleanly_reads_are_served_and_nothing_acknowledged_is_lost() {
-    if !is_root() {
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root; this test needs root to mount a tmpfs");
-        eprintln!("SKIPPED: disk-full test needs root (mount a tmpfs); run as root or in CI");
+    if !root_or_skip() {
         return;
     }
     let base = tempfile::tempdir().expect("tempdir");
@@ -270,9 +273,7 @@ impl Drop for RemovedOnDrop {
 /// snapshot once space returns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_whose_disk_fills_to_the_last_byte_keeps_serving_and_writes_its_snapshot_when_space_returns() {
-    if !is_root() {
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root; this test needs root to mount a tmpfs");
-        eprintln!("SKIPPED: disk-full test needs root (mount a tmpfs); run as root or in CI");
+    if !root_or_skip() {
         return;
     }
     let base = tempfile::tempdir().expect("tempdir");
