@@ -36,8 +36,8 @@ pub const RESTORED_MARKER: &str = "restored-from-backup";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RestoreError {
-    #[error("{0} already holds a replica's data; restore into a new, empty data directory")]
-    NotEmpty(PathBuf),
+    #[error("{dir} already holds {found}; restore into a new, empty data directory")]
+    NotEmpty { dir: PathBuf, found: String },
     #[error(transparent)]
     Backup(#[from] BackupFileError),
     #[error("{path}: {source}")]
@@ -306,12 +306,34 @@ pub(crate) async fn seal_restored(raft: &keelson_raft::KeelsonRaftNode<keelson_r
     Ok(())
 }
 
+/// What `data_dir` holds, sorted (nothing when it does not exist). A file system's own
+/// `lost+found` does not count: a fresh volume's root is empty otherwise.
+fn leftovers(data_dir: &Path) -> std::io::Result<Vec<String>> {
+    let entries = match std::fs::read_dir(data_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == "lost+found" {
+            continue;
+        }
+        found.push(if entry.file_type()?.is_dir() { format!("{name}/") } else { name });
+    }
+    found.sort();
+    Ok(found)
+}
+
 /// Builds `data_dir` (new or empty) for a new cluster's first replica from `backup`.
 /// Blocking.
 pub fn restore(backup: &Path, data_dir: &Path) -> Result<Restored, RestoreError> {
     let io = |source| RestoreError::Io { path: data_dir.to_path_buf(), source };
-    if data_dir.join("db").exists() || data_dir.join(crate::identity::FILE).exists() {
-        return Err(RestoreError::NotEmpty(data_dir.to_path_buf()));
+    let found = leftovers(data_dir).map_err(io)?;
+    if !found.is_empty() {
+        return Err(RestoreError::NotEmpty { dir: data_dir.to_path_buf(), found: found.join(", ") });
     }
     std::fs::create_dir_all(data_dir).map_err(io)?;
     let snapshot = data_dir.join("restore.snap.tmp");
@@ -354,6 +376,28 @@ mod tests {
         // Numbers, not text, decide which is newer.
         let names = vec!["s-99.backup".to_string(), "s-100.backup".to_string()];
         assert_eq!(expired(&names, "s", 1), ["s-99.backup"]);
+    }
+
+    #[test]
+    fn a_restore_refuses_a_data_directory_holding_anything_and_names_what() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(data.join("snapshots")).unwrap();
+        std::fs::create_dir_all(data.join("lost+found")).unwrap();
+        std::fs::write(data.join("notes"), b"x").unwrap();
+        let missing = dir.path().join("no.backup");
+        let e = restore(&missing, &data).err().expect("refused");
+        assert!(matches!(&e, RestoreError::NotEmpty { found, .. } if found == "notes, snapshots/"), "{e}");
+        assert!(e.to_string().contains("already holds notes, snapshots/"), "{e}");
+        assert!(!data.join("db").exists(), "nothing written");
+
+        // Empty (but for lost+found) or absent: the restore goes on to read the backup.
+        std::fs::remove_dir_all(data.join("snapshots")).unwrap();
+        std::fs::remove_file(data.join("notes")).unwrap();
+        for target in [data.clone(), dir.path().join("new")] {
+            let e = restore(&missing, &target).err().expect("no backup file");
+            assert!(!matches!(e, RestoreError::NotEmpty { .. }), "{e}");
+        }
     }
 
     #[test]
