@@ -14,6 +14,7 @@
 
 pub mod admission;
 pub mod allocator;
+pub mod component_leases;
 pub mod encryption;
 pub mod error;
 pub mod fieldset;

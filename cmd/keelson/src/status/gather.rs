@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use keelson_apiserver::component_leases;
 use keelson_client::api::{MemberInfo, MemberListReply};
 use keelson_client::StoreClient;
 use kube::api::{Api, ListParams};
@@ -26,7 +27,6 @@ const API_TIMEOUT: Duration = Duration::from_secs(3);
 const LIST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The component Leases shown, as the components name them in `kube-system`.
-const COMPONENT_LEASES: [&str; 2] = ["kube-scheduler", "kube-controller-manager"];
 
 /// Reads the cluster once. Fails only when no server gives the member list.
 pub async fn gather(target: &Target, kubeconfig: Option<&Path>) -> anyhow::Result<ClusterStatus> {
@@ -123,21 +123,15 @@ fn first_line(s: &str) -> &str {
 /// The scheduler's and controller manager's Leases, read from the store.
 async fn component_leases(client: &StoreClient) -> Result<Vec<LeaseStatus>, String> {
     let mut out = Vec::new();
-    for name in COMPONENT_LEASES {
-        let key = format!("/registry/coordination.k8s.io/leases/kube-system/{name}");
+    for name in component_leases::NAMES {
+        let key = format!("/registry/coordination.k8s.io/leases/{}/{name}", component_leases::NAMESPACE);
         let reply = match tokio::time::timeout(LIST_TIMEOUT, client.get(key.as_bytes())).await {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => return Err(format!("reading Lease {name}: {e}")),
             Err(_) => return Err(format!("reading Lease {name}: no answer within {LIST_TIMEOUT:?}")),
         };
         let lease = reply.response.kvs.first().and_then(|kv| serde_json::from_slice::<serde_json::Value>(&kv.value).ok());
-        let field = |p: &str| lease.as_ref().and_then(|v| v.pointer(p).cloned());
-        out.push(LeaseStatus {
-            name: name.to_string(),
-            holder: field("/spec/holderIdentity").and_then(|h| h.as_str().map(str::to_string)).filter(|h| !h.is_empty()),
-            transitions: field("/spec/leaseTransitions").and_then(|t| t.as_i64()).unwrap_or(0),
-            renew_time: field("/spec/renewTime").and_then(|t| t.as_str().map(str::to_string)),
-        });
+        out.push(LeaseStatus::read(name, lease.as_ref()));
     }
     Ok(out)
 }

@@ -73,14 +73,7 @@ impl ApiHealth {
 }
 
 /// A component's Lease in `kube-system`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LeaseStatus {
-    pub name: String,
-    /// `None` when the Lease does not exist or is released.
-    pub holder: Option<String>,
-    pub transitions: i64,
-    pub renew_time: Option<String>,
-}
+pub use keelson_apiserver::component_leases::ComponentLease as LeaseStatus;
 
 /// A Node and what is bound to it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -55,13 +55,7 @@ pub struct ApiView {
 }
 
 /// A component's Lease.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct LeaseView {
-    pub name: String,
-    pub holder: Option<String>,
-    pub transitions: i64,
-    pub renew_time: Option<String>,
-}
+pub use crate::component_leases::ComponentLease as LeaseView;
 
 /// One line of the timeline.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

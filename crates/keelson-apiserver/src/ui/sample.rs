@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::observation::{ApiView, LeaseView, MemberView, Observation};
 use crate::catalog;
+use crate::component_leases;
 use crate::identity_lease::ADDRESS_ANNOTATION;
 use crate::storage::Stored;
 use crate::watch_cache::WatchCache;
@@ -23,7 +24,6 @@ const STORE_TIMEOUT: Duration = Duration::from_millis(1500);
 /// How long one server's `/readyz` may take (its own store check takes up to 1.5 s).
 const READYZ_TIMEOUT: Duration = Duration::from_secs(2);
 /// The component Leases shown, as the components name them in `kube-system`.
-const COMPONENT_LEASES: [&str; 2] = ["kube-scheduler", "kube-controller-manager"];
 
 /// What a sample reads from, and the store clients it keeps between samples.
 pub(crate) struct Sampler {
@@ -164,19 +164,8 @@ fn identity_address(lease: &Value) -> Option<(String, String)> {
 }
 
 fn component_leases(leases: &[Arc<Stored>]) -> Vec<LeaseView> {
-    COMPONENT_LEASES
-        .iter()
-        .map(|name| {
-            let lease = leases.iter().map(|l| &l.obj).find(|l| name_of(l) == *name && l.pointer("/metadata/namespace").and_then(Value::as_str) == Some("kube-system"));
-            let field = |p: &str| lease.and_then(|l| l.pointer(p));
-            LeaseView {
-                name: name.to_string(),
-                holder: field("/spec/holderIdentity").and_then(Value::as_str).filter(|h| !h.is_empty()).map(String::from),
-                transitions: field("/spec/leaseTransitions").and_then(Value::as_i64).unwrap_or(0),
-                renew_time: field("/spec/renewTime").and_then(Value::as_str).map(String::from),
-            }
-        })
-        .collect()
+    let in_namespace = |l: &Value, name: &str| name_of(l) == name && l.pointer("/metadata/namespace").and_then(Value::as_str) == Some(component_leases::NAMESPACE);
+    component_leases::NAMES.iter().map(|name| LeaseView::read(name, leases.iter().map(|l| &l.obj).find(|l| in_namespace(l, name)))).collect()
 }
 
 /// The Ready condition's status (`Unknown` when absent).
