@@ -82,6 +82,7 @@ fn decode_continue(s: &str) -> Result<(Revision, Vec<u8>), ApiError> {
 
 /// The result of a list. The items are shared with the watch cache when it served the
 /// list: render them, do not copy them.
+#[derive(Clone)]
 pub struct Listed {
     pub items: Vec<Arc<Stored>>,
     pub revision: Revision,
@@ -270,30 +271,68 @@ fn list_metadata(listed: &Listed) -> Value {
 }
 
 /// The `<Kind>List` object, serialized. Each item's JSON is its own serialized form
-/// ([`Stored::json`]): a watch cache object listed again is not serialized again, and
-/// no item is copied.
+/// ([`Stored::json`]): a watch cache object listed again is not serialized again.
 pub fn list_body(def: &ResourceDef, listed: &Listed) -> Vec<u8> {
-    fn to_json<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
-        serde_json::to_vec(v).expect("JSON values serialize")
-    }
-    let (api_version, kind) = (def.api_version(), format!("{}List", def.kind));
     let total: usize = listed.items.iter().map(|s| s.json().len() + 1).sum();
     let mut out = Vec::with_capacity(total + 256);
-    out.extend_from_slice(b"{\"apiVersion\":");
-    out.extend_from_slice(&to_json(api_version.as_str()));
-    out.extend_from_slice(b",\"items\":[");
-    for (i, s) in listed.items.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(s.json());
+    for piece in ListPieces::new(def, listed.clone()) {
+        out.extend_from_slice(&piece);
     }
-    out.extend_from_slice(b"],\"kind\":");
-    out.extend_from_slice(&to_json(kind.as_str()));
-    out.extend_from_slice(b",\"metadata\":");
-    out.extend_from_slice(&to_json(&list_metadata(listed)));
-    out.push(b'}');
     out
+}
+
+/// About how large each piece of a streamed list body is.
+const LIST_PIECE_BYTES: usize = 64 << 10;
+
+/// [`list_body`] in pieces of about [`LIST_PIECE_BYTES`], made as they are asked for: a
+/// list response is written as it goes, so a server holds one piece of each list it is
+/// sending rather than the whole body (tens of MiB for thousands of pods).
+pub struct ListPieces {
+    head: Option<Vec<u8>>,
+    items: std::vec::IntoIter<Arc<Stored>>,
+    first: bool,
+    tail: Option<Vec<u8>>,
+}
+
+impl ListPieces {
+    pub fn new(def: &ResourceDef, listed: Listed) -> Self {
+        fn to_json<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
+            serde_json::to_vec(v).expect("JSON values serialize")
+        }
+        let (api_version, kind) = (def.api_version(), format!("{}List", def.kind));
+        let mut head = b"{\"apiVersion\":".to_vec();
+        head.extend_from_slice(&to_json(api_version.as_str()));
+        head.extend_from_slice(b",\"items\":[");
+        let mut tail = b"],\"kind\":".to_vec();
+        tail.extend_from_slice(&to_json(kind.as_str()));
+        tail.extend_from_slice(b",\"metadata\":");
+        tail.extend_from_slice(&to_json(&list_metadata(&listed)));
+        tail.push(b'}');
+        ListPieces { head: Some(head), items: listed.items.into_iter(), first: true, tail: Some(tail) }
+    }
+}
+
+impl Iterator for ListPieces {
+    type Item = bytes::Bytes;
+
+    fn next(&mut self) -> Option<bytes::Bytes> {
+        let mut piece = match self.head.take() {
+            Some(head) => head,
+            None if self.tail.is_none() => return None,
+            None => Vec::with_capacity(LIST_PIECE_BYTES + 4096),
+        };
+        while piece.len() < LIST_PIECE_BYTES {
+            let Some(item) = self.items.next() else {
+                piece.extend_from_slice(&self.tail.take().expect("the tail goes last"));
+                break;
+            };
+            if !std::mem::take(&mut self.first) {
+                piece.push(b',');
+            }
+            piece.extend_from_slice(item.json());
+        }
+        Some(piece.into())
+    }
 }
 
 /// The `PartialObjectMetadataList` of a list, serialized.
@@ -357,6 +396,26 @@ mod tests {
         assert_eq!(ListRead::Consistent.store_read(), (0, None, false));
         assert_eq!(ListRead::NotOlderThan(5).store_read(), (0, None, false));
         assert_eq!(ListRead::Any.store_read(), (0, None, true));
+    }
+
+    #[test]
+    fn a_streamed_list_is_the_whole_body_in_bounded_pieces() {
+        let pods = crate::catalog::lookup("", "v1", "pods").unwrap();
+        let items: Vec<Arc<Stored>> = (0..3000i64).map(|i| Arc::new(Stored::new(json!({"metadata": {"name": format!("pod-{i}"), "labels": {"n": "x".repeat(i as usize % 200)}}}), i))).collect();
+        for n in [0, 1, 3000] {
+            let listed = Listed { items: items[..n].to_vec(), revision: 7, continue_token: None };
+            let pieces: Vec<bytes::Bytes> = ListPieces::new(pods, listed.clone()).collect();
+            assert_eq!(pieces.concat(), list_body(pods, &listed));
+            let expected = json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"}, "items": items[..n].iter().map(|s| s.obj.clone()).collect::<Vec<_>>()});
+            assert_eq!(serde_json::from_slice::<Value>(&pieces.concat()).unwrap(), expected);
+            let largest_item = items[..n].iter().map(|s| s.json().len()).max().unwrap_or(0);
+            assert!(pieces.iter().all(|p| p.len() <= LIST_PIECE_BYTES + largest_item + 256), "a piece of {n} items is too large");
+            if n == 3000 {
+                assert!(pieces.len() > 3, "{} pieces", pieces.len());
+            } else {
+                assert_eq!(pieces.len(), 1);
+            }
+        }
     }
 
     #[test]

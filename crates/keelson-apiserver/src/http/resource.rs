@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::Request;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, Method, StatusCode};
 use serde_json::{json, Value};
 
@@ -105,6 +105,12 @@ pub(crate) async fn handle(state: &Arc<ApiState>, reg: &Registry, rr: ResourceRe
             }
             let listed = list::list(reg, Some(&state.watch_cache), &rr, &q, &sel).await?;
             match repr {
+                // Written as it is made for a JSON client; a protobuf client's body is
+                // whole, to be encoded again.
+                Representation::Object if negotiate::response_media(req.headers()) == negotiate::ResponseMedia::Json => {
+                    let pieces = futures::stream::iter(list::ListPieces::new(def, listed).map(Ok::<_, std::convert::Infallible>));
+                    Ok((StatusCode::OK, [(http::header::CONTENT_TYPE, "application/json")], axum::body::Body::from_stream(pieces)).into_response())
+                }
                 Representation::Object => Ok(json_bytes_response(StatusCode::OK, list::list_body(def, &listed))),
                 Representation::Metadata => Ok(json_bytes_response(StatusCode::OK, list::metadata_list_body(&listed))),
                 Representation::Table => {
