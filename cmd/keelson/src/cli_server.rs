@@ -322,10 +322,17 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     tracing::info!(addr = %api.addr, "serving the Kubernetes API");
     // The components reach this server's API over loopback when it listens on a wildcard.
     let own_api = if api.addr.ip().is_unspecified() { SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), api.addr.port()) } else { api.addr };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    // The components start once their RBAC roles exist (on a new cluster they are being
+    // created now), so their first requests are not denied.
+    tokio::select! {
+        _ = api.defaults_created() => {}
+        _ = tokio::signal::ctrl_c() => return stop_before_components(running).await,
+        _ = term.recv() => return stop_before_components(running).await,
+    }
     let components = crate::components::start(&components, &server_name, own_api, component_ca, election_metrics, running.shutdown_token())
         .await
         .context("starting the scheduler and controller manager")?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let stopped = tokio::select! {
         _ = tokio::signal::ctrl_c() => None,
         _ = term.recv() => None,
@@ -347,6 +354,13 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         Some(why) => anyhow::bail!("the Raft core stopped ({why}); restart this server once the cause is mended (a full disk freed, a corrupt replica rebuilt)"),
         None => Ok(()),
     }
+}
+
+/// A stop asked for before the components started.
+async fn stop_before_components(running: keelson_replica::RunningReplica) -> anyhow::Result<()> {
+    tracing::info!("shutting down");
+    running.shutdown().await;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -91,6 +91,17 @@ pub struct AuditConfig {
 pub struct ServingApi {
     pub addr: SocketAddr,
     pub task: JoinHandle<()>,
+    /// True once the built-in namespaces, RBAC defaults and the rest exist.
+    defaults: tokio::sync::watch::Receiver<bool>,
+}
+
+impl ServingApi {
+    /// Returns once the built-in objects exist in the store, among them the RBAC roles of
+    /// the system components: a component started before would be denied its first
+    /// requests.
+    pub async fn defaults_created(&self) {
+        let _ = self.defaults.clone().wait_for(|created| *created).await;
+    }
 }
 
 pub(crate) struct ApiState {
@@ -183,6 +194,7 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
     let bootstrap_state = state.clone();
     let initial_token = cfg.initial_join_token.clone();
     let bootstrap_token = shutdown.clone();
+    let (created, defaults) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         // The store may still be electing a leader: retry until the defaults exist.
         loop {
@@ -197,7 +209,10 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
             }
             .await;
             match r {
-                Ok(()) => break,
+                Ok(()) => {
+                    created.send_replace(true);
+                    break;
+                }
                 Err(e) => tracing::debug!(error = %e, "creating built-in namespaces, RBAC defaults and the IngressClass; retrying"),
             }
             tokio::select! {
@@ -242,7 +257,7 @@ pub async fn serve(cfg: ApiServerConfig, shutdown: CancellationToken) -> Result<
         }
         let _ = accept.await;
     });
-    Ok(ServingApi { addr, task })
+    Ok(ServingApi { addr, task, defaults })
 }
 
 /// The most a request's header block may hold (Go's `http.DefaultMaxHeaderBytes`, which
