@@ -25,7 +25,7 @@ pub fn keelson_bin() -> PathBuf {
     if let Ok(t) = std::env::var("CARGO_TARGET_DIR") {
         candidates.push(PathBuf::from(t).join("debug").join("keelson"));
     }
-    candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target").join("debug").join("keelson"));
+    candidates.push(std::env::var_os("CARGO_MANIFEST_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()).join("..").join("target").join("debug").join("keelson"));
     match candidates.iter().find(|c| c.is_file()) {
         Some(c) => c.clone(),
         None => panic!(

@@ -14,7 +14,9 @@ use prost::Message;
 use serde_json::{json, Value};
 
 fn fixtures() -> Vec<std::path::PathBuf> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    // The directory cargo names when it runs the test (a build cached from another checkout
+    // would name that checkout at compile time).
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()).join("tests/fixtures");
     let mut out: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())

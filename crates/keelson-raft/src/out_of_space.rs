@@ -79,7 +79,7 @@ impl<'a> Attempts<'a> {
                 Some(pause)
             }
             Ok(_) if self.waiting => {
-                tracing::warn!(what = self.what, "storage write succeeded after space returned");
+                tracing::info!(what = self.what, "storage write succeeded after space returned");
                 None
             }
             _ => None,

@@ -36,7 +36,7 @@ pub fn exclusive_machine() -> RwLockWriteGuard<'static, ()> {
 
 /// The fixtures directory (`cmd/keelson/tests/fixtures`).
 pub fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures")
+    std::env::var_os("CARGO_MANIFEST_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()).join("tests").join("fixtures")
 }
 
 /// A fixture's path as a string, for `-f`.
