@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume};
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume};
 use kube::api::Api;
 use kube::runtime::watcher::{self, watcher};
 use tokio_util::sync::CancellationToken;
@@ -84,11 +84,6 @@ pub async fn reclaim(client: kube::Client, nodes: Vec<(String, PathBuf)>, simula
         let regarding = ObjectReference { api_version: Some("v1".into()), kind: Some("Node".into()), name: Some(node.clone()), uid: Some(node.clone()), ..Default::default() };
         recorder.publish(&regarding, EventType::Normal, REMOVED_REASON, &message).await;
     }
-}
-
-/// The node's local volumes directory as its Node announces it.
-pub fn announced(node: &Node) -> Option<&str> {
-    node.metadata.annotations.as_ref()?.get(NODE_LOCAL_PATH_DIR).map(String::as_str)
 }
 
 #[cfg(test)]

@@ -82,12 +82,22 @@ pub fn allocate(def: &ResourceDef, owner_key: &[u8], obj: &mut Value) -> Result<
     }
     if ty == "NodePort" || ty == "LoadBalancer" {
         obj["spec"]["externalTrafficPolicy"] = obj.pointer("/spec/externalTrafficPolicy").cloned().unwrap_or(json!("Cluster"));
+        // A LoadBalancer Service gets node ports unless it says otherwise (then only the
+        // ones it names), as Kubernetes defaults `allocateLoadBalancerNodePorts`.
+        let allocate = if ty == "LoadBalancer" {
+            let v = obj.pointer("/spec/allocateLoadBalancerNodePorts").and_then(Value::as_bool).unwrap_or(true);
+            obj["spec"]["allocateLoadBalancerNodePorts"] = json!(v);
+            v
+        } else {
+            true
+        };
         let mut used: Vec<i64> = Vec::new();
         if let Some(ports) = obj.pointer_mut("/spec/ports").and_then(Value::as_array_mut) {
             for (i, p) in ports.iter_mut().enumerate() {
                 let port = match p.get("nodePort").and_then(Value::as_i64) {
                     Some(n) if NODE_PORT_RANGE.contains(&n) => n,
                     Some(n) => return Err(invalid(&format!("spec.ports[{i}].nodePort"), format!("Invalid value: {n}: provided port is not in the valid range. The range of valid ports is 30000-32767"))),
+                    None if !allocate => continue,
                     None => loop {
                         let n = rand::thread_rng().gen_range(NODE_PORT_RANGE);
                         if !used.contains(&n) {
@@ -141,6 +151,20 @@ mod tests {
         assert!(side.contains(&(b"/registry/ranges/servicenodeports/30443".to_vec(), Some(b"k".to_vec()))));
         let released = release(def, &s);
         assert_eq!(released.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(), side.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_load_balancer_gets_node_ports_unless_it_declines_them() {
+        let def = lookup("", "v1", "services").unwrap();
+        let mut lb = json!({"metadata": {"name": "web"}, "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}});
+        allocate(def, b"k", &mut lb).unwrap();
+        assert_eq!(lb["spec"]["allocateLoadBalancerNodePorts"], true);
+        assert!(NODE_PORT_RANGE.contains(&lb["spec"]["ports"][0]["nodePort"].as_i64().unwrap()));
+        let mut none = json!({"metadata": {"name": "web"}, "spec": {"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false, "ports": [{"port": 80}, {"port": 443, "nodePort": 30444}]}});
+        let side = allocate(def, b"k", &mut none).unwrap();
+        assert!(none["spec"]["ports"][0].get("nodePort").is_none(), "{none}");
+        assert_eq!(none["spec"]["ports"][1]["nodePort"], 30444, "a named node port is still taken");
+        assert_eq!(side.len(), 2, "the ClusterIP and the named node port");
     }
 
     #[test]

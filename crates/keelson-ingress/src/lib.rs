@@ -44,6 +44,11 @@ use tokio_util::sync::CancellationToken;
 pub const CLASS: &str = "keelson";
 /// The controller named by that IngressClass.
 pub const CONTROLLER: &str = "keelson.io/ingress";
+/// The Node annotations by which an agent announces the ports its ingress serves on the
+/// node's address (absent: that one is off), so clients of the API can find every
+/// node's ingress.
+pub const HTTP_PORT_ANNOTATION: &str = "keelson.io/ingress-http-port";
+pub const HTTPS_PORT_ANNOTATION: &str = "keelson.io/ingress-https-port";
 
 /// How the ingress controller runs.
 #[derive(Debug, Clone)]

@@ -43,6 +43,16 @@ fn micro_now() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
+/// The annotations the agent keeps on its Node: where local volumes live and the ports
+/// its ingress serves (None: removed, that one is off).
+fn announcements(storage: &str, http: Option<u16>, https: Option<u16>) -> std::collections::BTreeMap<&'static str, Option<String>> {
+    std::collections::BTreeMap::from([
+        (crate::local_path::NODE_LOCAL_PATH_DIR, Some(storage.to_string())),
+        (keelson_ingress::HTTP_PORT_ANNOTATION, http.map(|p| p.to_string())),
+        (keelson_ingress::HTTPS_PORT_ANNOTATION, https.map(|p| p.to_string())),
+    ])
+}
+
 impl NodeReporter {
     pub fn new(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConfig) -> Self {
         Self { client, runtime, cfg }
@@ -57,7 +67,9 @@ impl NodeReporter {
         let name = &self.cfg.node_name;
         let err = |source| NodeError::Register { node: name.clone(), source };
         let storage = crate::local_path::storage_dir(&self.cfg.data_dir).display().to_string();
-        let mut body = json!({"metadata": {"name": name, "annotations": {crate::local_path::NODE_LOCAL_PATH_DIR: storage}, "labels": {
+        let served = |p: u16| (self.cfg.node_services && p != 0).then_some(p);
+        let announced = announcements(&storage, served(self.cfg.ingress_http_port), served(self.cfg.ingress_https_port));
+        let mut body = json!({"metadata": {"name": name, "annotations": announced.iter().filter_map(|(k, v)| Some((*k, v.clone()?))).collect::<std::collections::BTreeMap<_, _>>(), "labels": {
             "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
             "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}}});
         // A configured podCIDR is the Node's own from the start, so the controller
@@ -77,8 +89,9 @@ impl NodeReporter {
             }
             Err(e) => return Err(err(e)),
         };
-        if current.as_ref().and_then(crate::local_path::announced) != Some(storage.as_str()) {
-            let patch = json!({"metadata": {"annotations": {crate::local_path::NODE_LOCAL_PATH_DIR: storage}}});
+        let have = current.as_ref().and_then(|n| n.metadata.annotations.as_ref());
+        if announced.iter().any(|(k, v)| have.and_then(|a| a.get(*k)) != v.as_ref()) {
+            let patch = json!({"metadata": {"annotations": announced}});
             self.nodes().patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await.map_err(err)?;
         }
         self.report(current.as_ref()).await.map_err(err)?;
@@ -235,5 +248,21 @@ async fn ip(args: &[&str]) -> bool {
             tracing::info!(error = %e, "running ip");
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_node_announces_its_volumes_and_only_the_ingress_ports_it_serves() {
+        let a = announcements("/var/lib/keelson/storage", Some(80), None);
+        assert_eq!(a[crate::local_path::NODE_LOCAL_PATH_DIR].as_deref(), Some("/var/lib/keelson/storage"));
+        assert_eq!(a[keelson_ingress::HTTP_PORT_ANNOTATION].as_deref(), Some("80"));
+        assert_eq!(a[keelson_ingress::HTTPS_PORT_ANNOTATION], None, "an unserved port is removed from the Node");
+        // As a merge patch, None is JSON null: the annotation is deleted.
+        let patch = json!({"metadata": {"annotations": a}});
+        assert!(patch["metadata"]["annotations"][keelson_ingress::HTTPS_PORT_ANNOTATION].is_null());
     }
 }
