@@ -119,23 +119,15 @@ fn cases() -> Vec<(&'static str, Model, Model, Vec<String>)> {
     ];
     // A verdict that changes under one key is deleted and added again (nft refuses to add
     // a key that is there with another verdict).
-    let mut local = node_port();
-    local["externalTrafficPolicy"] = json!("Local");
+    let local = json!({"internalTrafficPolicy": "Local"});
     let remote = slice("web", &[("10.42.2.3", "n2", true, true, false)]);
-    let ep_remote = "ep-d/web/tcp/80/10.42.2.3/8080";
     cases.push((
-        "Local NodePort: drop (no local endpoint) becomes reject (no endpoint at all)",
+        "Local internal policy: drop (no local endpoint) becomes reject (no endpoint at all)",
         model(vec![svc("web", local.clone())], vec![remote]),
         model(vec![svc("web", local)], vec![none.clone()]),
         vec![
-            s(format!("flush chain {T} {ep_remote}")),
-            s(format!("flush chain {T} svc-d/web/tcp/80")),
-            s(format!("delete element {T} service-ips {{ 10.43.0.5 . tcp . 80 }}")),
-            s(format!("delete element {T} no-endpoint-nodeports {{ tcp . 30080 }}")),
+            s(format!("delete element {T} no-endpoint-services {{ 10.43.0.5 . tcp . 80 }}")),
             s(format!("add element {T} no-endpoint-services {{ 10.43.0.5 . tcp . 80 : goto reject-chain }}")),
-            s(format!("add element {T} no-endpoint-nodeports {{ tcp . 30080 : goto reject-chain }}")),
-            s(format!("delete chain {T} {ep_remote}")),
-            s(format!("delete chain {T} svc-d/web/tcp/80")),
         ],
     ));
     // A changed affinity timeout re-makes the set: the Service's chains let go of it first.

@@ -276,7 +276,37 @@ fn render_port(r: &mut ServiceRules, svc: &Service, port: &ServicePort, slices: 
             element(r, Map::ServiceIps, ip_key(ip), format!("goto {svc_chain}"));
         }
     }
-    if has_external {
+    // External traffic from this node's pods or from the node itself is the cluster's
+    // own: with a Local policy it goes to every endpoint, as it would through the
+    // ClusterIP, instead of being dropped where no endpoint is local.
+    let short_circuit = has_external && external_local && !all.is_empty();
+    if short_circuit {
+        let cluster_chain = if internal_local {
+            let chain = format!("cluster-{prefix}");
+            balance(r, &chain, &prefix, &all, affinity, Some(&node.pod_cidrs));
+            chain
+        } else {
+            svc_chain.clone()
+        };
+        if external.is_empty() {
+            r.chains.insert(ext_chain.clone(), vec!["drop".to_string()]);
+        } else {
+            balance(r, &ext_chain, &prefix, &external, affinity, None);
+        }
+        let mut first = Vec::new();
+        if !node.pod_cidrs.is_empty() {
+            first.push(format!("ip saddr {{ {} }} goto {cluster_chain}", node.pod_cidrs.join(", ")));
+        }
+        first.push("fib saddr type local jump mark-for-masquerade".to_string());
+        first.push(format!("fib saddr type local goto {cluster_chain}"));
+        r.chains.entry(ext_chain.clone()).or_default().splice(0..0, first);
+        for ip in &external_ips {
+            element(r, Map::ServiceIps, ip_key(ip), format!("goto {ext_chain}"));
+        }
+        if let Some(np) = node_port {
+            element(r, Map::ServiceNodeports, format!("{l4} . {np}"), format!("goto {ext_chain}"));
+        }
+    } else if has_external {
         if let Some(v) = verdict(&external) {
             for ip in &external_ips {
                 element(r, Map::NoEndpointServices, ip_key(ip), v.to_string());
@@ -301,7 +331,9 @@ fn render_port(r: &mut ServiceRules, svc: &Service, port: &ServicePort, slices: 
     if verdict(&internal).is_none() {
         used.extend(internal.iter());
     }
-    if has_external && verdict(&external).is_none() {
+    if short_circuit {
+        used.extend(all.iter());
+    } else if has_external && verdict(&external).is_none() {
         used.extend(if external_local { external.iter() } else { all.iter() });
     }
     for t in used {

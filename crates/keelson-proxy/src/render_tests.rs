@@ -108,13 +108,27 @@ fn node_ports_and_load_balancer_ips_enter_through_the_external_chain() {
 fn external_traffic_policy_local_keeps_the_source_and_local_endpoints() {
     let spec = json!({"type": "NodePort", "externalTrafficPolicy": "Local", "ports": [{"name": "http", "port": 80, "nodePort": 30080, "protocol": "TCP"}]});
     let t = out(&[svc("web", spec.clone())], &[slice("web", &[("10.42.1.2", "n1", true, true, false), ("10.42.2.3", "n2", true, true, false)])]);
+    // This node's pods and the node itself are sent to every endpoint, as through the
+    // ClusterIP (the node masqueraded); from elsewhere only local endpoints, the source kept.
+    let short_circuit = "\t\tip saddr { 10.42.1.0/24 } goto svc-d/web/tcp/80\n\t\tfib saddr type local jump mark-for-masquerade\n\t\tfib saddr type local goto svc-d/web/tcp/80\n";
     let ext = chain(&t, "ext-d/web/tcp/80");
-    assert!(!ext.contains("mark-for-masquerade"));
-    assert!(ext.contains("goto ep-d/web/tcp/80/10.42.1.2/8080") && !ext.contains("10.42.2.3"));
+    assert!(ext.ends_with(&format!("{short_circuit}\t\tgoto ep-d/web/tcp/80/10.42.1.2/8080")), "{ext}");
+    assert_eq!(ext.matches("mark-for-masquerade").count(), 1, "{ext}");
+    assert!(!ext.contains("10.42.2.3"));
     assert!(chain(&t, "svc-d/web/tcp/80").contains("10.42.2.3"), "the ClusterIP still uses every endpoint");
-    // No local endpoint: external traffic is dropped, not rejected.
-    let t = out(&[svc("web", spec)], &[slice("web", &[("10.42.2.3", "n2", true, true, false)])]);
-    assert_eq!(map_line(&t, "no-endpoint-nodeports").trim(), "elements = { tcp . 30080 : drop }");
+    // No local endpoint: external traffic is dropped, not rejected; the cluster's own is
+    // still sent to the other nodes' endpoints.
+    let t = out(&[svc("web", spec.clone())], &[slice("web", &[("10.42.2.3", "n2", true, true, false)])]);
+    assert_eq!(map_line(&t, "service-nodeports").trim(), "elements = { tcp . 30080 : goto ext-d/web/tcp/80 }");
+    assert_eq!(chain(&t, "ext-d/web/tcp/80"), format!("\tchain ext-d/web/tcp/80 {{\n{short_circuit}\t\tdrop"));
+    // With a Local internal policy too, the cluster's own traffic has a chain of every
+    // endpoint of its own.
+    let mut both = spec;
+    both["internalTrafficPolicy"] = json!("Local");
+    let t = out(&[svc("web", both)], &[slice("web", &[("10.42.2.3", "n2", true, true, false)])]);
+    assert_eq!(map_line(&t, "no-endpoint-services").trim(), "elements = { 10.43.0.5 . tcp . 80 : drop }");
+    assert!(chain(&t, "ext-d/web/tcp/80").contains("fib saddr type local goto cluster-d/web/tcp/80"));
+    assert!(chain(&t, "cluster-d/web/tcp/80").contains("goto ep-d/web/tcp/80/10.42.2.3/8080"));
 }
 
 #[test]

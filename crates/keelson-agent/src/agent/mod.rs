@@ -61,6 +61,15 @@ pub struct AgentConfig {
     pub injected_bug: Option<InjectedBug>,
 }
 
+impl AgentConfig {
+    /// The ingress' HTTP and HTTPS ports this node serves: none on a node without node
+    /// services, and none for a port set to 0.
+    pub fn ingress_ports(&self) -> (Option<u16>, Option<u16>) {
+        let served = |p: u16| (self.node_services && p != 0).then_some(p);
+        (served(self.ingress_http_port), served(self.ingress_https_port))
+    }
+}
+
 /// Bugs the agent can be told to have, so a test can show the self-heal checker catches
 /// them. Each is a behaviour the agent once had or a plausible mistake.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,10 +193,11 @@ fn spawn_services(client: &kube::Client, cfg: &AgentConfig, pod_cidr: Option<&st
             tracing::warn!(error = %e, "cluster DNS not served");
         }
     });
-    let port = |p: u16| (p != 0).then(|| std::net::SocketAddr::new(cfg.node_ip.into(), p));
+    let (http, https) = cfg.ingress_ports();
+    let on_node = |p: u16| std::net::SocketAddr::new(cfg.node_ip.into(), p);
     let ingress_cfg = keelson_ingress::IngressConfig {
-        http: port(cfg.ingress_http_port),
-        https: port(cfg.ingress_https_port),
+        http: http.map(on_node),
+        https: https.map(on_node),
         class: keelson_ingress::CLASS.into(),
         instance: cfg.node_name.clone(),
     };

@@ -67,8 +67,8 @@ impl NodeReporter {
         let name = &self.cfg.node_name;
         let err = |source| NodeError::Register { node: name.clone(), source };
         let storage = crate::local_path::storage_dir(&self.cfg.data_dir).display().to_string();
-        let served = |p: u16| (self.cfg.node_services && p != 0).then_some(p);
-        let announced = announcements(&storage, served(self.cfg.ingress_http_port), served(self.cfg.ingress_https_port));
+        let (http, https) = self.cfg.ingress_ports();
+        let announced = announcements(&storage, http, https);
         let mut body = json!({"metadata": {"name": name, "annotations": announced.iter().filter_map(|(k, v)| Some((*k, v.clone()?))).collect::<std::collections::BTreeMap<_, _>>(), "labels": {
             "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
             "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}}});

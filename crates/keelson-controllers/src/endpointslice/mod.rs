@@ -51,37 +51,45 @@ pub(crate) async fn sync(ctx: Arc<ServiceCtx>, key: String) -> Result<Option<Dur
         return Ok(None);
     }
     let reference = svc.object_ref(&());
+    let retry = match write_plan(&api, &plan).await {
+        Ok(retry) => retry,
+        Err(e) if keelson_component::fence::is_fenced(&e) => return Err(SyncError::Fenced),
+        Err(e) => {
+            publish_failure(&ctx, &reference, &svc, &e).await;
+            return Err(SyncError::Api(e));
+        }
+    };
+    tracing::debug!(created = plan.create.len(), updated = plan.update.len(), deleted = plan.delete.len(), took_ms = started.elapsed().as_millis() as u64, "slices written");
+    Ok(retry)
+}
+
+/// Creates, replaces and deletes what `plan` says. A slice made or changed by an
+/// earlier write the watch has not shown yet asks for a look again shortly (the
+/// returned delay); a slice already gone is no error.
+pub(crate) async fn write_plan(api: &Api<EndpointSlice>, plan: &reconcile::SlicePlan) -> Result<Option<Duration>, kube::Error> {
     let pp = PostParams::default();
     let mut retry = None;
     for s in &plan.create {
         match api.create(&pp, s).await {
             Ok(_) => {}
-            // Made by an earlier sync the watch has not shown yet: look again.
             Err(e) if code(&e) == Some(409) => retry = Some(Duration::from_millis(200)),
-            Err(e) => {
-                if keelson_component::fence::is_fenced(&e) {
-                    return Err(SyncError::Fenced);
-                }
-                publish_failure(&ctx, &reference, &svc, &e).await;
-                return Err(SyncError::Api(e));
-            }
+            Err(e) => return Err(e),
         }
     }
     for s in &plan.update {
         match api.replace(s.metadata.name.as_deref().unwrap_or(""), &pp, s).await {
             Ok(_) => {}
             Err(e) if matches!(code(&e), Some(409 | 404)) => retry = Some(Duration::from_millis(200)),
-            Err(e) => return Err(SyncError::from_kube(e)),
+            Err(e) => return Err(e),
         }
     }
     for n in &plan.delete {
         match api.delete(n, &DeleteParams::background()).await {
             Ok(_) => {}
             Err(e) if code(&e) == Some(404) => {}
-            Err(e) => return Err(SyncError::from_kube(e)),
+            Err(e) => return Err(e),
         }
     }
-    tracing::debug!(created = plan.create.len(), updated = plan.update.len(), deleted = plan.delete.len(), took_ms = started.elapsed().as_millis() as u64, "slices written");
     Ok(retry)
 }
 

@@ -246,7 +246,13 @@ pub fn reconcile(svc: &Service, pods: &[&Pod], zones: &BTreeMap<String, String>,
         plan.delete = mine.iter().filter_map(|s| s.metadata.name.clone()).collect();
         return plan;
     }
-    let want = desired(svc, pods, zones);
+    diff(&mine, desired(svc, pods, zones))
+}
+
+/// What changes turn the slices `mine` into `want` (matched by name). A slice that
+/// differs only in server-owned metadata is left alone.
+pub fn diff(mine: &[&EndpointSlice], want: Vec<EndpointSlice>) -> SlicePlan {
+    let mut plan = SlicePlan::default();
     for w in &want {
         match mine.iter().find(|s| s.metadata.name == w.metadata.name) {
             None => plan.create.push(w.clone()),
@@ -259,7 +265,7 @@ pub fn reconcile(svc: &Service, pods: &[&Pod], zones: &BTreeMap<String, String>,
             }
         }
     }
-    for have in mine {
+    for have in mine.iter() {
         if !want.iter().any(|w| w.metadata.name == have.metadata.name) {
             plan.delete.extend(have.metadata.name.clone());
         }
