@@ -5,7 +5,9 @@
 //! over HTTP and HTTPS with a Secret made by `kubectl create secret tls` (curl trusts
 //! only that certificate, so a handshake that succeeds was served it); `api` scaled to
 //! zero answers 503 and serves again once scaled back; the certificate is rotated by
-//! updating the Secret; the Ingress gets the node's address as its status.
+//! updating the Secret; the ingress' own LoadBalancer Service (kube-system/keelson-ingress)
+//! gets the node's address and the node as its endpoint, its ClusterIP reaches the
+//! ingress from inside the node, and the Ingress gets the Service's address as its status.
 //! Everything is removed at the end (processes, containers, namespace, veth).
 
 mod node_support;
@@ -14,6 +16,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use node_support::{node_tests_possible, ok, one_node, poll, sh};
@@ -76,7 +80,7 @@ async fn ingress_routes_two_hosts_over_http_and_https_to_real_pods() {
     for name in ["api", "web"] {
         deployments.create(&pp, &deployment(name)).await.unwrap();
         let svc = json!({"metadata": {"name": name}, "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}});
-        Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), "default").create(&pp, &serde_json::from_value(svc).unwrap()).await.unwrap();
+        Api::<Service>::namespaced(client.clone(), "default").create(&pp, &serde_json::from_value(svc).unwrap()).await.unwrap();
     }
     let (crt1, key1) = make_cert(dir, "one");
     ok(&["kubectl", "--kubeconfig", &kubeconfig, "create", "secret", "tls", "shop-tls", "--cert", &crt1, "--key", &key1]);
@@ -109,6 +113,30 @@ async fn ingress_routes_two_hosts_over_http_and_https_to_real_pods() {
     })
     .await;
     assert_eq!(status, net.node_ip);
+
+    // The ingress' own Service: a LoadBalancer at the node's address with the node as
+    // its endpoint; its ClusterIP reaches the ingress from inside the node.
+    let system: Api<Service> = Api::namespaced(client.clone(), "kube-system");
+    let lb = poll("the keelson-ingress Service's address", Duration::from_secs(30), || async {
+        let s = system.get("keelson-ingress").await.ok()?;
+        s.status?.load_balancer?.ingress?.first()?.ip.clone()
+    })
+    .await;
+    assert_eq!(lb, net.node_ip);
+    let svc = system.get("keelson-ingress").await.unwrap();
+    assert!(svc.spec.as_ref().unwrap().ports.iter().flatten().all(|p| p.node_port.is_none()), "allocateLoadBalancerNodePorts: false");
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "kube-system");
+    let slice = slices.get("keelson-ingress-80-443").await.expect("the ingress Service's slice");
+    assert_eq!(slice.endpoints.iter().map(|e| (e.addresses[0].clone(), e.node_name.clone())).collect::<Vec<_>>(), [(net.node_ip.clone(), Some("n1".to_string()))]);
+    let cluster_ip = svc.spec.unwrap().cluster_ip.unwrap();
+    poll("api.shop.test through the ingress Service's ClusterIP", Duration::from_secs(30), || {
+        let url = format!("http://{cluster_ip}/");
+        async move {
+            let o = sh(&["nsenter", &net.netns_path(), "curl", "-s", "-m", "3", "-H", "Host: api.shop.test", &url]);
+            (String::from_utf8_lossy(&o.stdout).trim() == "api").then_some(())
+        }
+    })
+    .await;
 
     // Scaled to zero: 503; back to one: served again.
     let scale = |n: i32| {

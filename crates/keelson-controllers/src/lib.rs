@@ -29,6 +29,7 @@ pub mod endpointslice;
 pub mod expectations;
 pub mod garbage;
 mod informers;
+pub mod ingressservice;
 pub mod ingressstatus;
 pub mod job;
 pub mod namespace;

@@ -1,9 +1,11 @@
 //! The reflectors and work queues of the service controllers (EndpointSlice, Endpoints,
-//! the built-in service load balancer, the status of the built-in ingress' Ingresses),
-//! apart from the workload ones: a Service goes to itself, a pod to every Service of its
-//! namespace, a slice or Endpoints object to the Service it is named for, a Node to
-//! every Service (zones) and every Ingress; an Ingress to itself, an IngressClass to
-//! every Ingress. One term runs them until it ends.
+//! the built-in service load balancer, the built-in ingress' own Service and the status
+//! of its Ingresses), apart from the workload ones: a Service goes to itself, a pod to
+//! every Service of its namespace, a slice or Endpoints object to the Service it is
+//! named for, a Node to every Service (zones) and the ingress Service; an Ingress to
+//! itself, an IngressClass or the ingress Service to every Ingress. One term runs them
+//! until it ends, and creates the built-in Services (kube-dns, keelson-ingress) when
+//! they are missing.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,6 +38,7 @@ pub struct ServiceCtx {
     pub ingresses: Store<Ingress>,
     pub ingress_classes: Store<IngressClass>,
     pub ingress_queue: WorkQueue,
+    pub ingress_service_queue: WorkQueue,
 }
 
 impl ServiceCtx {
@@ -67,6 +70,7 @@ pub async fn run(term: Leadership, reflectors: Arc<crate::shared_reflectors::Sha
     let (endpoints_queue, endpoints_rx) = named_queue(&term, "endpoint");
     let (lb_queue, lb_rx) = named_queue(&term, "service");
     let (ingress_queue, ingress_rx) = named_queue(&term, "ingress_status");
+    let (ingress_service_queue, ingress_service_rx) = named_queue(&term, "ingress_service");
     let ingresses = {
         let iq = ingress_queue.clone();
         reflectors.watch(move |i: &Ingress| iq.add(&key_of(i)))
@@ -80,10 +84,16 @@ pub async fn run(term: Leadership, reflectors: Arc<crate::shared_reflectors::Sha
         reflectors.watch(move |_: &IngressClass| every())
     };
     let services = {
-        let (sq, eq, lq) = (slice_queue.clone(), endpoints_queue.clone(), lb_queue.clone());
+        let (sq, eq, lq, isq) = (slice_queue.clone(), endpoints_queue.clone(), lb_queue.clone(), ingress_service_queue.clone());
+        let every = every_ingress.clone();
         reflectors.watch(move |s: &Service| {
-            both(&sq, &eq, &key_of(s));
-            lq.add(&key_of(s));
+            let key = key_of(s);
+            both(&sq, &eq, &key);
+            lq.add(&key);
+            if key == crate::ingressservice::key() {
+                isq.add(&key);
+                every();
+            }
         })
     };
     let pods = {
@@ -97,23 +107,26 @@ pub async fn run(term: Leadership, reflectors: Arc<crate::shared_reflectors::Sha
         })
     };
     let nodes = {
-        let (sq, lq) = (slice_queue.clone(), lb_queue.clone());
+        let (sq, lq, isq) = (slice_queue.clone(), lb_queue.clone(), ingress_service_queue.clone());
         let svcs = services.clone();
         reflectors.watch(move |_: &Node| {
             for s in svcs.state() {
                 sq.add(&key_of(s.as_ref()));
                 lq.add(&key_of(s.as_ref()));
             }
-            every_ingress();
+            isq.add(&crate::ingressservice::key());
         })
     };
     let slices = {
-        let (sq, lq) = (slice_queue.clone(), lb_queue.clone());
+        let (sq, lq, isq) = (slice_queue.clone(), lb_queue.clone(), ingress_service_queue.clone());
         reflectors.watch(move |s: &EndpointSlice| {
             if let Some(svc) = s.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) {
                 let key = format!("{}/{svc}", s.metadata.namespace.as_deref().unwrap_or("default"));
                 sq.add(&key);
                 lq.add(&key);
+                if key == crate::ingressservice::key() {
+                    isq.add(&key);
+                }
             }
         })
     };
@@ -135,6 +148,7 @@ pub async fn run(term: Leadership, reflectors: Arc<crate::shared_reflectors::Sha
         ingresses,
         ingress_classes,
         ingress_queue,
+        ingress_service_queue,
     });
     // Every mirror this group asked for (and any other group's so far) has listed.
     let ready = reflectors.listed();
@@ -148,7 +162,9 @@ pub async fn run(term: Leadership, reflectors: Arc<crate::shared_reflectors::Sha
                 crate::informers::work(&ctx, endpoints_rx, &ctx.endpoints_queue, "endpoints", crate::endpoints::sync),
                 crate::informers::work(&ctx, lb_rx, &ctx.lb_queue, "servicelb", crate::servicelb::sync),
                 crate::informers::work(&ctx, ingress_rx, &ctx.ingress_queue, "ingressstatus", crate::ingressstatus::sync),
-                ensure_kube_dns(&ctx),
+                crate::informers::work(&ctx, ingress_service_rx, &ctx.ingress_service_queue, "ingressservice", crate::ingressservice::sync),
+                ensure_service(&ctx, kube_dns_service()),
+                ensure_service(&ctx, crate::ingressservice::service()),
             );
         } => {}
     }
@@ -170,20 +186,22 @@ pub fn kube_dns_service() -> Service {
     .expect("the kube-dns Service")
 }
 
-/// Creates the kube-dns Service once per term when it is missing.
-async fn ensure_kube_dns(ctx: &ServiceCtx) {
+/// Creates a built-in Service once per term when it is missing (one a user changed is
+/// left as it is).
+async fn ensure_service(ctx: &ServiceCtx, svc: Service) {
+    let (ns, name) = (svc.metadata.namespace.clone().unwrap_or_default(), svc.metadata.name.clone().unwrap_or_default());
     loop {
-        if ctx.services.get(&kube::runtime::reflector::ObjectRef::new("kube-dns").within("kube-system")).is_some() {
+        if ctx.services.get(&kube::runtime::reflector::ObjectRef::new(&name).within(&ns)).is_some() {
             return;
         }
-        let api: Api<Service> = Api::namespaced(ctx.term.client.clone(), "kube-system");
-        match api.create(&kube::api::PostParams::default(), &kube_dns_service()).await {
+        let api: Api<Service> = Api::namespaced(ctx.term.client.clone(), &ns);
+        match api.create(&kube::api::PostParams::default(), &svc).await {
             Ok(_) => {
-                tracing::info!(ip = KUBE_DNS_IP, "created the kube-dns Service");
+                tracing::info!(service = %format!("{ns}/{name}"), "created a built-in Service");
                 return;
             }
             Err(kube::Error::Api(s)) if s.code == 409 => return,
-            Err(e) => tracing::info!(error = %e, "creating the kube-dns Service; retrying"),
+            Err(e) => tracing::info!(error = %e, service = %format!("{ns}/{name}"), "creating a built-in Service; retrying"),
         }
         tokio::select! {
             _ = ctx.term.ended.cancelled() => return,

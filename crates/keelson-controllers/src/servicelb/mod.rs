@@ -1,8 +1,10 @@
 //! The built-in service load balancer (as k3s's ServiceLB, without its DaemonSet): a
 //! `type: LoadBalancer` Service gets the nodes' addresses as `status.loadBalancer.ingress`
 //! and every node's proxy serves its port on them. With `externalTrafficPolicy: Local`
-//! only the nodes running a ready endpoint are announced. A Service with a
-//! `loadBalancerClass` belongs to another implementation and is left alone.
+//! only the nodes running a ready endpoint are announced. A node's port serves one
+//! Service: the earliest LoadBalancer Service on it keeps it, a later one is announced
+//! only on nodes where its ports are free. A Service with a `loadBalancerClass` belongs
+//! to another implementation and is left alone.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -27,13 +29,17 @@ pub(crate) fn node_address(n: &Node) -> Option<String> {
     by("ExternalIP").or_else(|| by("InternalIP"))
 }
 
-/// The ingress the Service should have, or None when it is not this controller's.
-pub fn ingress(svc: &Service, nodes: &[&Node], slices: &[&EndpointSlice]) -> Option<Vec<LoadBalancerIngress>> {
-    let spec = svc.spec.as_ref()?;
-    if spec.type_.as_deref() != Some("LoadBalancer") || spec.load_balancer_class.is_some() {
-        return None;
-    }
-    let local = spec.external_traffic_policy.as_deref() == Some("Local");
+/// Whether this controller serves the Service: `type: LoadBalancer` without a
+/// `loadBalancerClass`, and not being deleted.
+fn ours(svc: &Service) -> bool {
+    svc.metadata.deletion_timestamp.is_none()
+        && svc.spec.as_ref().is_some_and(|spec| spec.type_.as_deref() == Some("LoadBalancer") && spec.load_balancer_class.is_none())
+}
+
+/// The nodes that could carry the Service: Ready and schedulable ones, and with
+/// `externalTrafficPolicy: Local` only those running a ready endpoint.
+fn eligible<'a>(svc: &Service, nodes: &[&'a Node], slices: &[&EndpointSlice]) -> Vec<&'a Node> {
+    let local = svc.spec.as_ref().and_then(|s| s.external_traffic_policy.as_deref()) == Some("Local");
     let name = svc.metadata.name.as_deref();
     let with_endpoints: BTreeSet<&str> = slices
         .iter()
@@ -42,11 +48,41 @@ pub fn ingress(svc: &Service, nodes: &[&Node], slices: &[&EndpointSlice]) -> Opt
         .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
         .filter_map(|e| e.node_name.as_deref())
         .collect();
-    let mut ips: Vec<String> = nodes
+    nodes
         .iter()
+        .copied()
         .filter(|n| node_ready(n) && !n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false))
         .filter(|n| !local || n.metadata.name.as_deref().is_some_and(|m| with_endpoints.contains(m)))
-        .filter_map(|n| node_address(n))
+        .collect()
+}
+
+/// The (protocol, port) pairs the Service takes on a node's address.
+fn ports(svc: &Service) -> BTreeSet<(String, i32)> {
+    svc.spec.iter().flat_map(|s| s.ports.iter().flatten()).map(|p| (p.protocol.clone().unwrap_or_else(|| "TCP".into()), p.port)).collect()
+}
+
+/// Which of two Services came first: the older, then by namespace and name.
+fn precedence(s: &Service) -> (Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>, Option<&str>, Option<&str>) {
+    (s.metadata.creation_timestamp.as_ref(), s.metadata.namespace.as_deref(), s.metadata.name.as_deref())
+}
+
+/// The ingress the Service should have, or None when it is not this controller's: the
+/// addresses of its eligible nodes, less those where an earlier LoadBalancer Service
+/// eligible on that node already takes one of its ports (as k3s's ServiceLB, a node's
+/// port serves one Service; a Service with no node left stays without an address).
+pub fn ingress(svc: &Service, services: &[&Service], nodes: &[&Node], slices: &[&EndpointSlice]) -> Option<Vec<LoadBalancerIngress>> {
+    if !ours(svc) {
+        return None;
+    }
+    let mine = ports(svc);
+    let mut taken: BTreeSet<&str> = BTreeSet::new();
+    for other in services.iter().filter(|o| ours(o) && precedence(o) < precedence(svc) && !ports(o).is_disjoint(&mine)) {
+        taken.extend(eligible(other, nodes, slices).iter().filter_map(|n| n.metadata.name.as_deref()));
+    }
+    let mut ips: Vec<String> = eligible(svc, nodes, slices)
+        .into_iter()
+        .filter(|n| n.metadata.name.as_deref().is_none_or(|m| !taken.contains(m)))
+        .filter_map(node_address)
         .collect();
     ips.sort();
     ips.dedup();
@@ -55,18 +91,41 @@ pub fn ingress(svc: &Service, nodes: &[&Node], slices: &[&EndpointSlice]) -> Opt
 
 pub(crate) async fn sync(ctx: Arc<ServiceCtx>, key: String) -> Result<Option<Duration>, SyncError> {
     let (ns, name) = key.split_once('/').expect("namespace/name");
-    let Some(svc) = ctx.services.get(&ObjectRef::new(name).within(ns)) else { return Ok(None) };
-    let (nodes, slices) = (ctx.nodes.state(), ctx.slices.state());
+    let Some(svc) = ctx.services.get(&ObjectRef::new(name).within(ns)) else {
+        // A Service gone may free node ports a later one waits for.
+        requeue_sharing(&ctx, None);
+        return Ok(None);
+    };
+    let (services, nodes, slices) = (ctx.services.state(), ctx.nodes.state(), ctx.slices.state());
+    let services: Vec<&Service> = services.iter().map(|s| s.as_ref()).collect();
     let nodes: Vec<&Node> = nodes.iter().map(|n| n.as_ref()).collect();
     let slices: Vec<&EndpointSlice> = slices.iter().map(|s| s.as_ref()).collect();
-    let Some(want) = ingress(&svc, &nodes, &slices) else { return Ok(None) };
+    let Some(want) = ingress(&svc, &services, &nodes, &slices) else { return Ok(None) };
     let have = svc.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|l| l.ingress.clone()).unwrap_or_default();
     if have == want {
         return Ok(None);
     }
     let mut updated = (*svc).clone();
     updated.status.get_or_insert_with(Default::default).load_balancer = Some(LoadBalancerStatus { ingress: (!want.is_empty()).then_some(want) });
-    replace_status(&ctx, ns, name, &updated).await
+    let written = replace_status(&ctx, ns, name, &updated).await?;
+    // Nodes it took or let go of change what the later Services on its ports may have.
+    requeue_sharing(&ctx, Some(&svc));
+    Ok(written)
+}
+
+/// Queues the other LoadBalancer Services that share a port with `svc` (every one when
+/// None). Only called when something changed, so two Services never queue each other
+/// without end.
+fn requeue_sharing(ctx: &ServiceCtx, svc: Option<&Service>) {
+    let mine = svc.map(ports);
+    for other in ctx.services.state() {
+        if !ours(&other) || svc.is_some_and(|s| s.metadata.uid == other.metadata.uid) {
+            continue;
+        }
+        if mine.as_ref().is_none_or(|m| !ports(&other).is_disjoint(m)) {
+            ctx.lb_queue.add(&crate::informers::key_of(other.as_ref()));
+        }
+    }
 }
 
 /// Writes `updated`'s status through the term's client, conditional on the version it
@@ -105,9 +164,9 @@ mod tests {
     fn a_load_balancer_gets_every_ready_nodes_address() {
         let nodes = [node("n2", "10.0.0.3", true), node("n1", "10.0.0.2", true), node("n3", "10.0.0.4", false)];
         let n: Vec<&Node> = nodes.iter().collect();
-        assert_eq!(ips(ingress(&svc(json!({"type": "LoadBalancer"})), &n, &[])), Some(vec!["10.0.0.2".into(), "10.0.0.3".into()]));
-        assert_eq!(ingress(&svc(json!({"type": "NodePort"})), &n, &[]), None);
-        assert_eq!(ingress(&svc(json!({"type": "LoadBalancer", "loadBalancerClass": "example.com/lb"})), &n, &[]), None);
+        assert_eq!(ips(ingress(&svc(json!({"type": "LoadBalancer"})), &[], &n, &[])), Some(vec!["10.0.0.2".into(), "10.0.0.3".into()]));
+        assert_eq!(ingress(&svc(json!({"type": "NodePort"})), &[], &n, &[]), None);
+        assert_eq!(ingress(&svc(json!({"type": "LoadBalancer", "loadBalancerClass": "example.com/lb"})), &[], &n, &[]), None);
     }
 
     #[test]
@@ -116,7 +175,27 @@ mod tests {
         let n: Vec<&Node> = nodes.iter().collect();
         let slice: EndpointSlice = serde_json::from_value(json!({"metadata": {"name": "web-0", "namespace": "d", "labels": {"kubernetes.io/service-name": "web"}}, "addressType": "IPv4",
             "endpoints": [{"addresses": ["10.42.0.2"], "nodeName": "n2", "conditions": {"ready": true}}, {"addresses": ["10.42.0.3"], "nodeName": "n1", "conditions": {"ready": false}}]})).unwrap();
-        let got = ingress(&svc(json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local"})), &n, &[&slice]);
+        let got = ingress(&svc(json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local"})), &[], &n, &[&slice]);
         assert_eq!(ips(got), Some(vec!["10.0.0.3".into()]));
+    }
+
+    #[test]
+    fn a_nodes_port_serves_the_earliest_load_balancer_only() {
+        let nodes = [node("n1", "10.0.0.2", true), node("n2", "10.0.0.3", true)];
+        let n: Vec<&Node> = nodes.iter().collect();
+        let lb = |name: &str, created: &str, port: i32, local: bool| -> Service {
+            serde_json::from_value(json!({"metadata": {"name": name, "namespace": "d", "creationTimestamp": created},
+                "spec": {"type": "LoadBalancer", "externalTrafficPolicy": if local {"Local"} else {"Cluster"}, "ports": [{"port": port}]}})).unwrap()
+        };
+        // "web" has an endpoint on n2 only.
+        let slice: EndpointSlice = serde_json::from_value(json!({"metadata": {"name": "web-0", "namespace": "d", "labels": {"kubernetes.io/service-name": "web"}}, "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.42.0.2"], "nodeName": "n2", "conditions": {"ready": true}}]})).unwrap();
+        let (web, late, other_port) = (lb("web", "2026-01-01T00:00:00Z", 80, true), lb("late", "2026-01-02T00:00:00Z", 80, false), lb("other", "2026-01-02T00:00:00Z", 81, false));
+        let all = [&web, &late, &other_port];
+        assert_eq!(ips(ingress(&web, &all, &n, &[&slice])), Some(vec!["10.0.0.3".into()]));
+        assert_eq!(ips(ingress(&late, &all, &n, &[&slice])), Some(vec!["10.0.0.2".into()]), "port 80 of n2 is web's; n1's is free");
+        assert_eq!(ips(ingress(&other_port, &all, &n, &[&slice])), Some(vec!["10.0.0.2".into(), "10.0.0.3".into()]), "another port shares every node");
+        let web_everywhere = lb("web", "2026-01-01T00:00:00Z", 80, false);
+        assert_eq!(ips(ingress(&late, &[&web_everywhere, &late], &n, &[])), Some(vec![]), "no node left: no address");
     }
 }
