@@ -162,7 +162,11 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         }
         stop.cancel();
     });
-    let balancer = keelson_component::balancer::ApiBalancer::start(servers, &ca, Default::default(), shutdown.clone()).await?;
+    // The API connection outlives the agent's shutdown, so the agent's last words (the
+    // ingress ports it no longer serves) still reach the API.
+    let balancer_stop = tokio_util::sync::CancellationToken::new();
+    let _balancer_stopped = balancer_stop.clone().drop_guard();
+    let balancer = keelson_component::balancer::ApiBalancer::start(servers, &ca, Default::default(), balancer_stop.clone()).await?;
     let user = format!("system:node:{name}");
     let (client, _) = keelson_component::client::config_for(&balancer.url(), &ca, &user, &cert).await?;
 

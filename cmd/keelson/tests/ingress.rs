@@ -71,8 +71,9 @@ async fn ingress_routes_two_hosts_over_http_and_https_to_real_pods() {
         eprintln!("skipping the ingress test: it needs kubectl and openssl");
         return;
     }
-    let node = one_node("n1", "10.42.11.0/24").await;
-    let (client, net, dir) = (node.cluster.client.clone(), &node.net, &node.dir);
+    let mut node = one_node("n1", "10.42.11.0/24").await;
+    let client = node.cluster.client.clone();
+    let (net, dir) = (&node.net, &node.dir);
     let pp = PostParams::default();
     let kubeconfig = node.cluster.kubeconfig.display().to_string();
 
@@ -165,4 +166,15 @@ async fn ingress_routes_two_hosts_over_http_and_https_to_real_pods() {
     for name in ["api", "web"] {
         let _ = deployments.delete(name, &Default::default()).await;
     }
+    // A stopped agent's ingress serves no more: the Node stops announcing its ports and
+    // the ingress Service loses the node.
+    node.agent.terminate(Duration::from_secs(40));
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let n1 = nodes.get("n1").await.unwrap();
+    assert!(!n1.metadata.annotations.unwrap_or_default().contains_key("keelson.io/ingress-http-port"), "the stopped ingress' port is no longer announced");
+    poll("the ingress Service's slice gone with the ingress", Duration::from_secs(30), || {
+        let slices = slices.clone();
+        async move { slices.get_opt("keelson-ingress-80-443").await.ok()?.is_none().then_some(()) }
+    })
+    .await;
 }

@@ -201,13 +201,36 @@ fn spawn_services(client: &kube::Client, cfg: &AgentConfig, pod_cidr: Option<&st
         class: keelson_ingress::CLASS.into(),
         instance: cfg.node_name.clone(),
     };
-    let (c, s) = (client.clone(), shutdown.clone());
+    let (c, s, node_name) = (client.clone(), shutdown.clone(), cfg.node_name.clone());
     let ingress = tokio::spawn(async move {
         if ingress_cfg.http.is_none() && ingress_cfg.https.is_none() {
             return;
         }
-        if let Err(e) = keelson_ingress::run(c, ingress_cfg, s).await {
-            tracing::warn!(error = %e, "ingress not served");
+        let (bound, task) = match keelson_ingress::start(c.clone(), ingress_cfg, s.clone()).await {
+            Ok(started) => started,
+            Err(e) => {
+                tracing::warn!(error = %e, "ingress not served");
+                return;
+            }
+        };
+        // The Node says which ports serve only once they are bound (the ingress Service's
+        // endpoints follow it), and stops saying so when the ingress stops.
+        let port = |a: Option<std::net::SocketAddr>| a.map(|a| a.port());
+        let announced = async {
+            let mut backoff = Duration::from_millis(500);
+            while let Err(e) = node::announce_ingress(&c, &node_name, port(bound.http), port(bound.https)).await {
+                tracing::info!(error = %e, retry_in = ?backoff, "announcing the ingress ports on the Node; will retry");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(7));
+            }
+        };
+        tokio::select! {
+            _ = s.cancelled() => {}
+            _ = announced => {}
+        }
+        let _ = task.await;
+        if let Ok(Err(e)) = tokio::time::timeout(Duration::from_secs(2), node::announce_ingress(&c, &node_name, None, None)).await {
+            tracing::info!(error = %e, "removing the ingress ports from the Node");
         }
     });
     vec![proxy, dns, ingress]

@@ -43,14 +43,28 @@ fn micro_now() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
-/// The annotations the agent keeps on its Node: where local volumes live and the ports
-/// its ingress serves (None: removed, that one is off).
-fn announcements(storage: &str, http: Option<u16>, https: Option<u16>) -> std::collections::BTreeMap<&'static str, Option<String>> {
+/// The annotations of the ports the node's ingress serves (None: removed, that one is
+/// off). Set once its listeners are bound, removed when it stops.
+pub(crate) fn ingress_announcements(http: Option<u16>, https: Option<u16>) -> std::collections::BTreeMap<&'static str, Option<String>> {
     std::collections::BTreeMap::from([
-        (crate::local_path::NODE_LOCAL_PATH_DIR, Some(storage.to_string())),
         (keelson_ingress::HTTP_PORT_ANNOTATION, http.map(|p| p.to_string())),
         (keelson_ingress::HTTPS_PORT_ANNOTATION, https.map(|p| p.to_string())),
     ])
+}
+
+/// The annotations the agent keeps on its Node at registration: where local volumes
+/// live, and the ingress ports given (None at registration: the ingress announces them
+/// once it has bound them).
+fn announcements(storage: &str, http: Option<u16>, https: Option<u16>) -> std::collections::BTreeMap<&'static str, Option<String>> {
+    let mut a = ingress_announcements(http, https);
+    a.insert(crate::local_path::NODE_LOCAL_PATH_DIR, Some(storage.to_string()));
+    a
+}
+
+/// Sets (or, with None, removes) the ingress port annotations of Node `node`.
+pub(crate) async fn announce_ingress(client: &kube::Client, node: &str, http: Option<u16>, https: Option<u16>) -> Result<(), kube::Error> {
+    let patch = json!({"metadata": {"annotations": ingress_announcements(http, https)}});
+    Api::<Node>::all(client.clone()).patch(node, &PatchParams::default(), &Patch::Merge(patch)).await.map(|_| ())
 }
 
 impl NodeReporter {
@@ -67,8 +81,8 @@ impl NodeReporter {
         let name = &self.cfg.node_name;
         let err = |source| NodeError::Register { node: name.clone(), source };
         let storage = crate::local_path::storage_dir(&self.cfg.data_dir).display().to_string();
-        let (http, https) = self.cfg.ingress_ports();
-        let announced = announcements(&storage, http, https);
+        // Ports a previous run announced are removed until this run's ingress has bound.
+        let announced = announcements(&storage, None, None);
         let mut body = json!({"metadata": {"name": name, "annotations": announced.iter().filter_map(|(k, v)| Some((*k, v.clone()?))).collect::<std::collections::BTreeMap<_, _>>(), "labels": {
             "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
             "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}}});
