@@ -107,6 +107,20 @@ async fn apply_client_side_and_server_side() {
     let svc2 = k.json(&["get", "service", "web"]);
     assert_eq!(str_at(&svc2, "/spec/clusterIP"), cluster_ip, "the ClusterIP survives re-apply");
 
+    // A type change allocates and frees node ports; the ClusterIP may not change.
+    k.ok(&["patch", "service", "web", "-p", r#"{"spec":{"type":"NodePort"}}"#]);
+    let np = k.json(&["get", "service", "web"]);
+    let node_port = np.pointer("/spec/ports/0/nodePort").and_then(Value::as_i64).expect("a node port is allocated on the change to NodePort");
+    assert_eq!(str_at(&np, "/spec/clusterIP"), cluster_ip);
+    k.ok(&["patch", "service", "web", "-p", r#"{"spec":{"type":"ClusterIP"}}"#]);
+    assert!(k.json(&["get", "service", "web"]).pointer("/spec/ports/0/nodePort").is_none(), "the node port goes with the NodePort type");
+    // Freed: another Service may take it now.
+    let taker = format!(r#"{{"apiVersion":"v1","kind":"Service","metadata":{{"name":"taker"}},"spec":{{"type":"NodePort","ports":[{{"port":80,"nodePort":{node_port}}}]}}}}"#);
+    k.ok_stdin(&["create", "-f", "-"], &taker);
+    k.ok(&["delete", "service", "taker"]);
+    let moved = k.fails(&["patch", "service", "web", "-p", r#"{"spec":{"clusterIP":"10.43.250.250"}}"#]);
+    assert_contains(&moved.stderr, "may not change once set", "changing the ClusterIP");
+
     // Applying the same again changes nothing.
     let out = k.ok(&["apply", "-f", &fixture("app-v2.yaml")]);
     assert!(lines(&out).iter().all(|l| l.ends_with(" unchanged")), "third apply:\n{out}");

@@ -78,7 +78,7 @@ pub fn allocate(def: &ResourceDef, owner_key: &[u8], obj: &mut Value) -> Result<
         }
         obj["spec"]["ipFamilies"] = json!(["IPv4"]);
         obj["spec"]["ipFamilyPolicy"] = json!("SingleStack");
-        obj["spec"]["internalTrafficPolicy"] = json!("Cluster");
+        obj["spec"]["internalTrafficPolicy"] = obj.pointer("/spec/internalTrafficPolicy").cloned().unwrap_or(json!("Cluster"));
     }
     if ty == "NodePort" || ty == "LoadBalancer" {
         obj["spec"]["externalTrafficPolicy"] = obj.pointer("/spec/externalTrafficPolicy").cloned().unwrap_or(json!("Cluster"));
@@ -115,6 +115,80 @@ pub fn allocate(def: &ResourceDef, owner_key: &[u8], obj: &mut Value) -> Result<
         }
     }
     Ok(side)
+}
+
+fn service_type(obj: &Value) -> &str {
+    obj.pointer("/spec/type").and_then(Value::as_str).unwrap_or("ClusterIP")
+}
+
+fn uses_node_ports(ty: &str) -> bool {
+    ty == "NodePort" || ty == "LoadBalancer"
+}
+
+fn cluster_ip(obj: &Value) -> Option<&str> {
+    obj.pointer("/spec/clusterIP").and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+/// The node port of `old`'s port with the same number and protocol as `p`.
+fn old_node_port(old: &Value, p: &Value) -> Option<i64> {
+    let proto = |v: &Value| v.get("protocol").and_then(Value::as_str).unwrap_or("TCP").to_string();
+    old.pointer("/spec/ports")?.as_array()?.iter().find(|o| o.get("port") == p.get("port") && proto(o) == proto(p))?.get("nodePort")?.as_i64()
+}
+
+/// As Kubernetes' Service update: what was allocated and is left out of the new object
+/// (a `kubectl replace` of the original manifest) is kept, the ClusterIP and the node
+/// port of each port with the same number and protocol, while the type still uses it;
+/// a type that no longer does drops them.
+fn keep_allocated(old: &Value, new: &mut Value) {
+    let (old_ty, new_ty) = (service_type(old).to_string(), service_type(new).to_string());
+    if new_ty == "ExternalName" {
+        if cluster_ip(new).is_some() && cluster_ip(new) == cluster_ip(old) {
+            if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.remove("clusterIP");
+                spec.remove("clusterIPs");
+            }
+        }
+    } else if old_ty != "ExternalName" && cluster_ip(new).is_none() {
+        if let Some(ip) = cluster_ip(old).map(str::to_string) {
+            new["spec"]["clusterIP"] = json!(ip);
+            new["spec"]["clusterIPs"] = old.pointer("/spec/clusterIPs").cloned().unwrap_or_else(|| json!([ip]));
+        }
+    }
+    let keep = uses_node_ports(&new_ty) && uses_node_ports(&old_ty);
+    for p in new.pointer_mut("/spec/ports").and_then(Value::as_array_mut).into_iter().flatten() {
+        let was = old_node_port(old, p);
+        if keep && p.get("nodePort").is_none() {
+            if let Some(n) = was {
+                p["nodePort"] = json!(n);
+            }
+        } else if !uses_node_ports(&new_ty) && was.is_some() && p.get("nodePort").and_then(Value::as_i64) == was {
+            if let Some(o) = p.as_object_mut() {
+                o.remove("nodePort");
+            }
+        }
+    }
+}
+
+/// The addresses an updated object needs: what it held is kept (see
+/// [`keep_allocated`]), what it newly needs is picked, and the keys to create (held from
+/// now on) and to delete (let go of) in the update's transaction are returned. The
+/// ClusterIP may not change once set, as in Kubernetes.
+pub fn reallocate(def: &ResourceDef, owner_key: &[u8], old: &Value, new: &mut Value) -> Result<Vec<SideWrite>, ApiError> {
+    if !is_service(def) {
+        return Ok(Vec::new());
+    }
+    keep_allocated(old, new);
+    if let (Some(was), Some(now)) = (cluster_ip(old), cluster_ip(new)) {
+        if was != now && service_type(old) != "ExternalName" {
+            let name = new.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+            return Err(ApiError::invalid("Service", "", name, vec![Cause::invalid("spec.clusterIPs[0]", format!("Invalid value: []string{{{now:?}}}: may not change once set"))]));
+        }
+    }
+    let before: std::collections::BTreeSet<Vec<u8>> = release(def, old).into_iter().map(|(k, _)| k).collect();
+    let after: std::collections::BTreeSet<Vec<u8>> = allocate(def, owner_key, new)?.into_iter().map(|(k, _)| k).collect();
+    let taken = after.difference(&before).map(|k| (k.clone(), Some(owner_key.to_vec())));
+    let freed = before.difference(&after).map(|k| (k.clone(), None));
+    Ok(taken.chain(freed).collect())
 }
 
 /// The address keys a deleted object held.
@@ -176,5 +250,63 @@ mod tests {
         assert!(allocate(def, b"k", &mut h).unwrap().is_empty());
         let mut np = json!({"metadata": {"name": "web"}, "spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": 80}]}});
         assert_eq!(allocate(def, b"k", &mut np).unwrap_err().code(), 422);
+    }
+
+    fn created(spec: Value) -> Value {
+        let mut s = json!({"metadata": {"name": "web"}, "spec": spec});
+        allocate(lookup("", "v1", "services").unwrap(), b"k", &mut s).unwrap();
+        s
+    }
+
+    fn keys(side: &[SideWrite], held: bool) -> Vec<String> {
+        let mut k: Vec<String> = side.iter().filter(|(_, v)| v.is_some() == held).map(|(k, _)| String::from_utf8_lossy(k).rsplit('/').next().unwrap().to_string()).collect();
+        k.sort();
+        k
+    }
+
+    #[test]
+    fn an_update_keeps_what_was_allocated_and_changes_only_what_the_type_needs() {
+        let def = lookup("", "v1", "services").unwrap();
+        let old = created(json!({"type": "NodePort", "internalTrafficPolicy": "Local", "ports": [{"port": 80, "nodePort": 30080}]}));
+        assert_eq!(old["spec"]["internalTrafficPolicy"], "Local", "a given policy is kept");
+        let ip = old["spec"]["clusterIP"].as_str().unwrap().to_string();
+
+        // The original manifest again (`kubectl replace`): everything kept, nothing written.
+        let mut same = json!({"metadata": {"name": "web"}, "spec": {"type": "NodePort", "ports": [{"port": 80}]}});
+        assert!(reallocate(def, b"k", &old, &mut same).unwrap().is_empty());
+        assert_eq!((same["spec"]["clusterIP"].as_str(), same["spec"]["ports"][0]["nodePort"].as_i64()), (Some(ip.as_str()), Some(30080)));
+
+        // A port added: only its node port is taken.
+        let mut more = json!({"metadata": {"name": "web"}, "spec": {"type": "NodePort", "ports": [{"port": 80, "name": "a"}, {"port": 81, "name": "b", "nodePort": 30081}]}});
+        let side = reallocate(def, b"k", &old, &mut more).unwrap();
+        assert_eq!((keys(&side, true), keys(&side, false)), (vec!["30081".to_string()], vec![]));
+
+        // To ClusterIP (as `kubectl apply` leaves the live nodePort in): the node port is
+        // dropped and let go of, the ClusterIP kept.
+        let mut cip = old.clone();
+        cip["spec"]["type"] = json!("ClusterIP");
+        let side = reallocate(def, b"k", &old, &mut cip).unwrap();
+        assert!(cip["spec"]["ports"][0].get("nodePort").is_none());
+        assert_eq!((keys(&side, true), keys(&side, false)), (vec![], vec!["30080".to_string()]));
+
+        // From ClusterIP to LoadBalancer: a node port is picked.
+        let mut lb = cip.clone();
+        lb["spec"]["type"] = json!("LoadBalancer");
+        let side = reallocate(def, b"k", &cip, &mut lb).unwrap();
+        let picked = lb["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
+        assert_eq!((keys(&side, true), keys(&side, false)), (vec![picked.to_string()], vec![]));
+
+        // To ExternalName: the ClusterIP goes too.
+        let mut ext = json!({"metadata": {"name": "web"}, "spec": {"type": "ExternalName", "externalName": "example.com", "clusterIP": ip}});
+        let side = reallocate(def, b"k", &old, &mut ext).unwrap();
+        assert!(ext["spec"].get("clusterIP").is_none());
+        assert_eq!((keys(&side, true), keys(&side, false)), (vec![], vec![ip.clone(), "30080".to_string()]));
+
+        // The ClusterIP may not change.
+        let mut moved = old.clone();
+        moved["spec"]["clusterIP"] = json!("10.43.9.9");
+        let e = reallocate(def, b"k", &old, &mut moved).unwrap_err();
+        assert_eq!(e.code(), 422);
+        assert!(format!("{e:?}").contains("may not change once set"), "{e:?}");
     }
 }

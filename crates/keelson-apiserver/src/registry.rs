@@ -271,6 +271,9 @@ impl Registry {
             if (def.group, def.kind) == ("", "Pod") {
                 crate::admission::priority::keep_pod_priority(&current.obj, &mut desired);
             }
+            // A Service keeps what it was given, drops what its type no longer uses and
+            // gets what it newly needs, before validation sees it.
+            let allocated = allocator::reallocate(def, &key, &current.obj, &mut desired)?;
             strategy::validate(def, &desired)?;
             strategy::validate_update(def, &current.obj, &desired)?;
             if def.kind == "PriorityClass" && Self::wants_priority_classes(def, &desired) {
@@ -287,9 +290,11 @@ impl Registry {
                 self.check_lease_fence().await?;
                 return Ok((current.obj, false));
             }
-            let mut side: Vec<SideWrite> = if gone { allocator::release(def, &current.obj) } else { Vec::new() };
+            let mut side: Vec<SideWrite> = if gone { allocator::release(def, &current.obj) } else { allocated };
+            // Newly allocated keys must still be free.
+            let mut fences: Vec<Fence> = side.iter().filter(|(_, v)| v.is_some()).map(|(k, _)| Fence { key: k.clone(), mod_revision: 0 }).collect();
             side.extend(lease_fence::side_writes(def, Some(&current.obj), (!gone).then_some(&desired)));
-            let fences: Vec<Fence> = self.lease_fence().into_iter().collect();
+            fences.extend(self.lease_fence());
             let outcome = self.store.write(&key, (!gone).then_some(&desired), current.rv, &fences, &side).await?;
             match outcome {
                 WriteOutcome::Written(rv) => {

@@ -414,7 +414,13 @@ fn validate_service(obj: &Value, causes: &mut Vec<Cause>) {
     if ty != "ExternalName" && ports.is_none_or(|p| p.is_empty()) && obj.pointer("/spec/clusterIP") != Some(&json!("None")) {
         causes.push(Cause::required("spec.ports"));
     }
+    if ty == "ExternalName" && obj.pointer("/spec/clusterIP").and_then(Value::as_str).is_some_and(|ip| !ip.is_empty()) {
+        causes.push(Cause { reason: "FieldValueForbidden", field: "spec.clusterIPs".into(), message: "Forbidden: may not be set for ExternalName services".into() });
+    }
     for (i, p) in ports.into_iter().flatten().enumerate() {
+        if !["NodePort", "LoadBalancer"].contains(&ty) && p.get("nodePort").is_some_and(|n| !n.is_null()) {
+            causes.push(Cause { reason: "FieldValueForbidden", field: format!("spec.ports[{i}].nodePort"), message: format!("Forbidden: may not be used when `type` is '{ty}'") });
+        }
         match p.get("port").and_then(Value::as_i64) {
             Some(n) if (1..=65535).contains(&n) => {}
             _ => causes.push(Cause::invalid(format!("spec.ports[{i}].port"), "Invalid value: must be between 1 and 65535, inclusive")),
