@@ -117,6 +117,11 @@ async fn apply_client_side_and_server_side() {
     // Freed: another Service may take it now.
     let taker = format!(r#"{{"apiVersion":"v1","kind":"Service","metadata":{{"name":"taker"}},"spec":{{"type":"NodePort","ports":[{{"port":80,"nodePort":{node_port}}}]}}}}"#);
     k.ok_stdin(&["create", "-f", "-"], &taker);
+    let clash = k.fails(&["patch", "service", "web", "-p", &format!(r#"{{"spec":{{"type":"NodePort","ports":[{{"port":80,"nodePort":{node_port}}}]}}}}"#)]);
+    assert_contains(&clash.stderr, "provided port is already allocated", "a node port another Service holds");
+    let second = taker.replace(r#""name":"taker""#, r#""name":"taker2""#);
+    let clash = k.fails_stdin(&["create", "-f", "-"], &second);
+    assert_contains(&clash.stderr, "provided port is already allocated", "creating with a node port another Service holds");
     k.ok(&["delete", "service", "taker"]);
     let moved = k.fails(&["patch", "service", "web", "-p", r#"{"spec":{"clusterIP":"10.43.250.250"}}"#]);
     assert_contains(&moved.stderr, "may not change once set", "changing the ClusterIP");

@@ -191,6 +191,24 @@ pub fn reallocate(def: &ResourceDef, owner_key: &[u8], old: &Value, new: &mut Va
     Ok(taken.chain(freed).collect())
 }
 
+/// The addresses a Service asks for by name (its ClusterIP, its node ports): each key
+/// with the error that says it is already taken, as Kubernetes words it.
+pub fn requested(def: &ResourceDef, obj: &Value) -> Vec<(Vec<u8>, Cause)> {
+    if !is_service(def) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    if let Some(ip) = cluster_ip(obj).filter(|ip| *ip != "None") {
+        out.push((ip_key(ip), Cause::invalid("spec.clusterIPs", format!("Invalid value: []string{{{ip:?}}}: failed to allocate IP {ip}: provided IP is already allocated"))));
+    }
+    for (i, p) in obj.pointer("/spec/ports").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        if let Some(n) = p.get("nodePort").and_then(Value::as_i64) {
+            out.push((port_key(n), Cause::invalid(format!("spec.ports[{i}].nodePort"), format!("Invalid value: {n}: provided port is already allocated"))));
+        }
+    }
+    out
+}
+
 /// The address keys a deleted object held.
 pub fn release(def: &ResourceDef, obj: &Value) -> Vec<SideWrite> {
     if !is_service(def) {

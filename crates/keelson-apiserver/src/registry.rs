@@ -201,6 +201,7 @@ impl Registry {
         strategy::validate(def, &obj)?;
         let mut namespace_fence = namespace_fence?;
         let key = object_key(def, ns.as_deref(), &name);
+        let asked = allocator::requested(def, &obj);
         for _ in 0..UPDATE_ATTEMPTS {
             let mut candidate = obj.clone();
             let mut side = allocator::allocate(def, &key, &mut candidate)?;
@@ -219,9 +220,11 @@ impl Registry {
                 }
                 WriteOutcome::KeyMoved(_) => return Err(ApiError::AlreadyExists { resource: def.qualified(), name }),
                 WriteOutcome::Fenced => {
-                    // The lease fence moved (final), or the namespace changed or an
-                    // allocated address was taken (re-check and try again).
+                    // The lease fence moved (final), an address asked for by name is
+                    // another's (final), or the namespace changed or a picked address
+                    // was taken (re-check and try again).
                     self.check_lease_fence().await?;
+                    self.check_requested_free(def, &name, &asked, &side).await?;
                     if def.namespaced {
                         namespace_fence = Some(self.namespace_fence(ns.as_deref().unwrap_or("default"), def, &name).await?);
                     }
@@ -273,6 +276,7 @@ impl Registry {
             }
             // A Service keeps what it was given, drops what its type no longer uses and
             // gets what it newly needs, before validation sees it.
+            let asked = allocator::requested(def, &desired);
             let allocated = allocator::reallocate(def, &key, &current.obj, &mut desired)?;
             strategy::validate(def, &desired)?;
             strategy::validate_update(def, &current.obj, &desired)?;
@@ -303,12 +307,29 @@ impl Registry {
                 }
                 WriteOutcome::Fenced => {
                     self.check_lease_fence().await?;
+                    self.check_requested_free(def, name, &asked, &side).await?;
                     continue;
                 }
                 _ => continue,
             }
         }
         Err(ApiError::conflict(&def.qualified(), name))
+    }
+
+    /// After a fenced write: 422 when an address the object asked for by name (and this
+    /// write would have taken) belongs to another object, as Kubernetes answers.
+    async fn check_requested_free(&self, def: &ResourceDef, name: &str, asked: &[(Vec<u8>, crate::error::Cause)], side: &[SideWrite]) -> Result<(), ApiError> {
+        let mut causes = Vec::new();
+        for (k, cause) in asked {
+            if side.iter().any(|(s, v)| s == k && v.is_some()) && self.store.mod_revision(k).await? != 0 {
+                causes.push(cause.clone());
+            }
+        }
+        if causes.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(def.kind, def.group, name, causes))
+        }
     }
 
     /// Deletes an object: at once, or by marking it (deletionTimestamp) when finalizers
