@@ -2,19 +2,22 @@
 //! their containerd), each in a network namespace of the cluster's own. A Deployment of
 //! the built-in busybox image with two replicas kept apart runs on both nodes; the host
 //! shell reaches a pod (route to the node's podCIDR), one node reaches the other's pod
-//! (the agents' routes); `kubectl exec` and `logs` reach both pods through each of the
-//! three servers; Ctrl-C leaves no namespace, veth, route, mount or process.
+//! (the agents' routes); a NodePort Service over both pods answers from both through its
+//! ClusterIP from node-1 and by its DNS names from inside a pod, and on both nodes'
+//! NodePort; the ingress' LoadBalancer Service gets both nodes' addresses; `kubectl exec`
+//! and `logs` reach both pods through each of the three servers; Ctrl-C leaves no namespace, veth, route, mount or process.
 //!
 //! Needs root and containerd, runc, the CNI plugins, busybox-static, nftables and curl.
 //! Skipped loudly otherwise, unless `KEELSON_REQUIRE_NODE_TESTS` is set: then it fails.
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use keelson_runner::Manifest;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
@@ -40,6 +43,11 @@ fn skip(test: &str) -> bool {
 }
 
 fn curl(netns: Option<&str>, url: &str) -> String {
+    curl_with(netns, &[url])
+}
+
+/// `curl -s -m 3 ARGS` on the host or in namespace `netns`: its stdout.
+fn curl_with(netns: Option<&str>, args: &[&str]) -> String {
     let mut c = match netns {
         Some(ns) => {
             let mut c = Command::new("nsenter");
@@ -48,7 +56,7 @@ fn curl(netns: Option<&str>, url: &str) -> String {
         }
         None => Command::new("curl"),
     };
-    let out = c.args(["-s", "-m", "3", url]).output().expect("curl runs");
+    let out = c.args(["-s", "-m", "3"]).args(args).output().expect("curl runs");
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
@@ -156,11 +164,12 @@ async fn exercise(dir: &Path, nodes: &[keelson_runner::MemberEntry]) {
                 "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                     {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}]}},
                 "containers": [{"name": "httpd", "image": "keelson.local/busybox:stable",
-                    "command": ["httpd", "-f", "-p", "80", "-h", "/www"]}]}}}
+                    // The image's page, and /name: which pod answered.
+                    "command": ["sh", "-c", "mkdir -p /srv && cp -r /www/. /srv/ && hostname > /srv/name && exec httpd -f -p 80 -h /srv"]}]}}}
     }))
     .unwrap();
     Api::<Deployment>::namespaced(client.clone(), "default").create(&PostParams::default(), &deploy).await.unwrap();
-    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let deadline = Instant::now() + Duration::from_secs(120);
     let running = loop {
         let list = pods.list(&ListParams::default().labels("app=web")).await.unwrap();
@@ -192,6 +201,8 @@ async fn exercise(dir: &Path, nodes: &[keelson_runner::MemberEntry]) {
     let got = curl_until(Some(&ns1), &format!("http://{ip2}/"), "hello from keelson", Duration::from_secs(30));
     assert!(got.contains("hello from keelson"), "node-1 reaches the pod {ip2} on node-2: {got:?}");
 
+    services_across_nodes(&client, dir, nodes).await;
+
     // `kubectl exec` and `kubectl logs` into each pod through every server: a node's agent
     // keeps one server's connection at a time, so most of these go through a server the
     // node does not talk to, which dials the agent on the node's address itself.
@@ -217,5 +228,88 @@ async fn exercise(dir: &Path, nodes: &[keelson_runner::MemberEntry]) {
             let logs = Command::new("kubectl").arg("--kubeconfig").arg(&kubeconfig).args(["--context", &context, "logs", &name, "--tail=5"]).output().expect("kubectl");
             assert!(logs.status.success(), "kubectl --context {context} logs {name} on {node}: {}", String::from_utf8_lossy(&logs.stderr));
         }
+    }
+}
+
+/// The pod names that answer in `tries` requests made by `fetch`.
+fn answering(tries: usize, fetch: impl Fn() -> String) -> BTreeSet<String> {
+    (0..tries).map(|_| fetch().trim().to_string()).filter(|n| n.starts_with("web-")).collect()
+}
+
+/// Service discovery across the two nodes: a ClusterIP Service over the two pods (one on
+/// each node) answers from both, from node-1's namespace and, by its DNS name, from
+/// inside a pod; its NodePort answers on both nodes' addresses from the host; the
+/// built-in ingress' LoadBalancer Service gets both nodes' addresses.
+async fn services_across_nodes(client: &kube::Client, dir: &Path, nodes: &[keelson_runner::MemberEntry]) {
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let svc: Service = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"type": "NodePort", "selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 80}]}})).unwrap();
+    let svc = services.create(&PostParams::default(), &svc).await.unwrap();
+    let cluster_ip = svc.spec.as_ref().unwrap().cluster_ip.clone().unwrap();
+    let node_port = svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].node_port.unwrap();
+    let ns1 = nodes.iter().find(|n| n.name == "node-1").unwrap().netns.clone().unwrap();
+    let url = format!("http://{cluster_ip}/name");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = BTreeSet::new();
+    while seen.len() < 2 && Instant::now() < deadline {
+        seen.extend(answering(10, || curl(Some(&ns1), &url)));
+    }
+    let listed = Api::<Pod>::namespaced(client.clone(), "default").list(&ListParams::default().labels("app=web")).await.unwrap().items;
+    let mut names: Vec<String> = listed.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    names.sort();
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), names, "node-1 reaches both pods (one on each node) through the ClusterIP {cluster_ip}");
+
+    // From inside the pod on node-1, by the Service's short and full DNS names.
+    let kubeconfig = dir.join("kubeconfig");
+    let from = listed.iter().find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("node-1")).and_then(|p| p.metadata.name.clone()).expect("the pod on node-1");
+    for host in ["web", "web.default.svc.cluster.local"] {
+        let fetch = || {
+            // (busybox's wget crashes with -T: `timeout` bounds it instead.)
+            let o = Command::new("kubectl").arg("--kubeconfig").arg(&kubeconfig).args(["exec", &from, "--", "timeout", "5", "wget", "-q", "-O", "-", &format!("http://{host}/name")]).output().expect("kubectl");
+            String::from_utf8_lossy(&o.stdout).to_string()
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut seen = BTreeSet::new();
+        while seen.len() < 2 && Instant::now() < deadline {
+            seen.extend(answering(6, fetch));
+        }
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), names, "pod {from} reaches both pods as http://{host}/");
+    }
+
+    // The NodePort on each node's address, from the host.
+    for n in nodes {
+        let got = curl_until(None, &format!("http://{}:{node_port}/name", n.addr), "web-", Duration::from_secs(30));
+        assert!(got.starts_with("web-"), "NodePort {node_port} on {} ({}): {got:?}", n.name, n.addr);
+    }
+
+    // The ingress' own LoadBalancer Service: both nodes serve it.
+    let system: Api<Service> = Api::namespaced(client.clone(), "kube-system");
+    let mut want: Vec<String> = nodes.iter().map(|n| n.addr.clone()).collect();
+    want.sort();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let lb = system.get("keelson-ingress").await.ok().and_then(|s| s.status?.load_balancer?.ingress).unwrap_or_default();
+        let mut got: Vec<String> = lb.into_iter().filter_map(|i| i.ip).collect();
+        got.sort();
+        if got == want {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the keelson-ingress Service's addresses: {got:?}, want {want:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // An Ingress for the Service: served on node-2's port 80 from the host and from
+    // node-1 (whose own traffic to that address goes to every node's ingress).
+    let ingress: k8s_openapi::api::networking::v1::Ingress = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"rules": [{"host": "web.test",
+        "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}})).unwrap();
+    Api::<k8s_openapi::api::networking::v1::Ingress>::namespaced(client.clone(), "default").create(&PostParams::default(), &ingress).await.unwrap();
+    let node2 = &nodes.iter().find(|n| n.name == "node-2").unwrap().addr;
+    for from in [None, Some(ns1.as_str())] {
+        let url = format!("http://{node2}/name");
+        let fetch = || curl_with(from, &["-H", "Host: web.test", &url]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut seen = BTreeSet::new();
+        while seen.is_empty() && Instant::now() < deadline {
+            seen.extend(answering(3, fetch));
+        }
+        assert!(!seen.is_empty(), "the Ingress on {node2}:80 from {}", from.unwrap_or("the host"));
     }
 }

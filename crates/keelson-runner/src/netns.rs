@@ -10,7 +10,8 @@
 //! ```
 //!
 //! The host reaches node `k`'s pods through a route `P.k.0/24 via <node address>` on
-//! `kc<id>h`; the route goes when the veth does.
+//! `kc<id>h`; the route goes when the veth does. Members have no default route, only
+//! one for the service network on their `eth0` (for a node's own ClusterIP traffic).
 //!
 //! Every subprocess call is bounded ([`CMD_TIMEOUT`]). Each namespace is recorded in the
 //! run's [`CleanupState`] before it is created, so a failed setup is still cleaned up.
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::cleanup::{lock, registry_dir, CleanupState};
 use crate::cmd::{run, run_async, CMD_TIMEOUT};
-use crate::topology::{bridge_ns, choose_pod_net, choose_subnet, host_addr, host_veth, member_addr, member_ns, parse_prefixes};
+use crate::topology::{bridge_ns, choose_pod_net, SERVICE_NET, choose_subnet, host_addr, host_veth, member_addr, member_ns, parse_prefixes};
 use crate::RunnerError;
 
 fn argv(words: &[&str]) -> Vec<String> {
@@ -151,6 +152,9 @@ pub(crate) async fn setup(run_id: &str, n: usize, want: Option<Subnets>, state: 
         ip(&["-n", &br, "link", "set", &port, "up"]).await?;
         ip(&["-n", &ns, "addr", "add", &format!("{}/24", member_addr(subnet, i)), "dev", "eth0"]).await?;
         ip(&["-n", &ns, "link", "set", "eth0", "up"]).await?;
+        // No default route, so the service network gets one: a node's own connections to
+        // a ClusterIP need a route to be looked up before its proxy rewrites them to a pod.
+        ip(&["-n", &ns, "route", "add", &format!("{}/{}", SERVICE_NET.0, SERVICE_NET.1), "dev", "eth0"]).await?;
     }
     Ok(subnets)
 }

@@ -49,10 +49,16 @@ pub fn pod_cidr(pod_net: Ipv4Addr, k: usize) -> String {
     format!("{}/24", Ipv4Addr::from(u32::from(pod_net) + ((k as u32) << 8)))
 }
 
-/// The first pod /16 (10.42.0.0/16, 10.43.0.0/16, … 10.250.0.0/16) no prefix in use
-/// overlaps.
+/// The cluster's service network (the API server allocates ClusterIPs from it).
+pub const SERVICE_NET: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 43, 0, 0), 16);
+
+/// The first pod /16 (10.42.0.0/16, 10.44.0.0/16, … 10.250.0.0/16; never the service
+/// network) no prefix in use overlaps.
 pub fn choose_pod_net(in_use: &[(Ipv4Addr, u8)]) -> Option<Ipv4Addr> {
-    (42..=250u8).map(|b| Ipv4Addr::new(10, b, 0, 0)).find(|net| in_use.iter().all(|(p, l)| !overlaps_net(*net, 16, *p, *l)))
+    (42..=250u8)
+        .map(|b| Ipv4Addr::new(10, b, 0, 0))
+        .filter(|net| !overlaps_net(*net, 16, SERVICE_NET.0, SERVICE_NET.1))
+        .find(|net| in_use.iter().all(|(p, l)| !overlaps_net(*net, 16, *p, *l)))
 }
 
 /// The /24 networks the harness may use, in order of preference: the three documentation
@@ -179,6 +185,7 @@ mod tests {
         let used = [(Ipv4Addr::new(10, 42, 7, 0), 24), (Ipv4Addr::new(10, 43, 0, 0), 16)];
         assert_eq!(choose_pod_net(&used), Some(Ipv4Addr::new(10, 44, 0, 0)));
         assert_eq!(choose_pod_net(&[(Ipv4Addr::new(10, 0, 0, 0), 8)]), None);
+        assert_eq!(choose_pod_net(&[(Ipv4Addr::new(10, 42, 0, 0), 16)]), Some(Ipv4Addr::new(10, 44, 0, 0)), "never the service network");
         assert_eq!(pod_cidr(Ipv4Addr::new(10, 42, 0, 0), 3), "10.42.3.0/24");
     }
 }
