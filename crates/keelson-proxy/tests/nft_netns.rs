@@ -16,30 +16,9 @@ use keelson_proxy::diff::diff;
 use keelson_proxy::render::{render, replace_script, Model, NodeInfo};
 use serde_json::json;
 
-fn missing() -> Option<String> {
-    if unsafe { libc_geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    for tool in ["nft", "ip", "curl", "busybox"] {
-        if Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(Stdio::null()).status().map(|s| !s.success()).unwrap_or(true) {
-            return Some(format!("{tool} is missing"));
-        }
-    }
-    None
-}
+mod netns_support;
 
-extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
-}
-
-fn sh(cmd: &str) -> Result<String> {
-    let out = Command::new("sh").args(["-c", cmd]).output()?;
-    if !out.status.success() {
-        bail!("{cmd}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
+use netns_support::{nft_in, sh, skipped};
 
 struct Net {
     tag: String,
@@ -117,17 +96,6 @@ impl Drop for Net {
     }
 }
 
-/// Runs `nft -f -` on `script` inside network namespace `ns`.
-fn nft_in(ns: &str, script: &str) -> Result<()> {
-    let mut child = Command::new("ip").args(["netns", "exec", ns, "nft", "-f", "-"]).stdin(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
-    std::io::Write::write_all(child.stdin.as_mut().context("stdin")?, script.as_bytes())?;
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        bail!("nft: {}\n{script}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(())
-}
-
 fn service(name: &str, ip: &str, node_port: Option<i32>) -> Service {
     let mut port = json!({"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"});
     if let Some(np) = node_port {
@@ -149,11 +117,7 @@ fn backends(net: &Net, from: &str, url: &str, tries: usize) -> BTreeSet<String> 
 
 #[test]
 fn the_ruleset_routes_services_in_a_network_namespace() -> Result<()> {
-    if let Some(why) = missing() {
-        if std::env::var_os("KEELSON_REQUIRE_NODE_TESTS").is_some() {
-            panic!("node test required but {why}");
-        }
-        eprintln!("SKIPPED the_ruleset_routes_services_in_a_network_namespace: {why}");
+    if skipped("the_ruleset_routes_services_in_a_network_namespace", &["nft", "ip", "curl", "busybox"]) {
         return Ok(());
     }
     let net = Net::setup()?;
@@ -205,11 +169,7 @@ fn the_ruleset_routes_services_in_a_network_namespace() -> Result<()> {
 /// render and well under a second for nft).
 #[test]
 fn a_thousand_services_apply_in_one_transaction() -> Result<()> {
-    if let Some(why) = missing() {
-        if std::env::var_os("KEELSON_REQUIRE_NODE_TESTS").is_some() {
-            panic!("node test required but {why}");
-        }
-        eprintln!("SKIPPED a_thousand_services_apply_in_one_transaction: {why}");
+    if skipped("a_thousand_services_apply_in_one_transaction", &["nft", "ip", "curl", "busybox"]) {
         return Ok(());
     }
     let ns = format!("kpbig-{}", std::process::id() % 100000);
@@ -279,11 +239,7 @@ fn svc_json(name: &str, ip: &str, spec: serde_json::Value) -> Service {
 /// another: after every step the kernel holds the same table in both.
 #[test]
 fn diffs_leave_the_kernel_as_a_full_sync_would() -> Result<()> {
-    if let Some(why) = missing() {
-        if std::env::var_os("KEELSON_REQUIRE_NODE_TESTS").is_some() {
-            panic!("node test required but {why}");
-        }
-        eprintln!("SKIPPED diffs_leave_the_kernel_as_a_full_sync_would: {why}");
+    if skipped("diffs_leave_the_kernel_as_a_full_sync_would", &["nft", "ip", "curl", "busybox"]) {
         return Ok(());
     }
     /// Deleted on drop, so a failed assertion leaves no namespace behind.
