@@ -129,6 +129,15 @@ async fn ingress_routes_two_hosts_over_http_and_https_to_real_pods() {
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "kube-system");
     let slice = slices.get("keelson-ingress-80-443").await.expect("the ingress Service's slice");
     assert_eq!(slice.endpoints.iter().map(|e| (e.addresses[0].clone(), e.node_name.clone())).collect::<Vec<_>>(), [(net.node_ip.clone(), Some("n1".to_string()))]);
+    // Its health check node port (LoadBalancer with the Local policy): the node's proxy
+    // answers 200 with one local endpoint.
+    let check = svc.spec.as_ref().unwrap().health_check_node_port.expect("a health check node port");
+    let url = format!("http://{}:{check}/healthz", net.node_ip);
+    poll("the health check node port answering 200 with one local endpoint", Duration::from_secs(30), || async {
+        let out = String::from_utf8_lossy(&sh(&["curl", "-s", "-m", "3", "-w", "\n%{http_code}", &url]).stdout).to_string();
+        (out.ends_with("\n200") && out.contains(r#""localEndpoints":1"#)).then_some(())
+    })
+    .await;
     let cluster_ip = svc.spec.unwrap().cluster_ip.unwrap();
     poll("api.shop.test through the ingress Service's ClusterIP", Duration::from_secs(30), || {
         let url = format!("http://{cluster_ip}/");

@@ -113,8 +113,31 @@ pub fn allocate(def: &ResourceDef, owner_key: &[u8], obj: &mut Value) -> Result<
                 side.push((port_key(port), Some(owner_key.to_vec())));
             }
         }
+        // A LoadBalancer keeping the client's source gets a port for health checks:
+        // every node's proxy answers there whether it has a local endpoint.
+        if wants_health_check(obj) {
+            let port = match obj.pointer("/spec/healthCheckNodePort").and_then(Value::as_i64) {
+                Some(n) if NODE_PORT_RANGE.contains(&n) && !used.contains(&n) => n,
+                Some(n) if used.contains(&n) => return Err(invalid("spec.healthCheckNodePort", format!("Duplicate value: {n}"))),
+                Some(n) => return Err(invalid("spec.healthCheckNodePort", format!("Invalid value: {n}: provided port is not in the valid range. The range of valid ports is 30000-32767"))),
+                None => loop {
+                    let n = rand::thread_rng().gen_range(NODE_PORT_RANGE);
+                    if !used.contains(&n) {
+                        break n;
+                    }
+                },
+            };
+            obj["spec"]["healthCheckNodePort"] = json!(port);
+            side.push((port_key(port), Some(owner_key.to_vec())));
+        }
     }
     Ok(side)
+}
+
+/// Whether the Service needs a health check node port: a LoadBalancer with
+/// `externalTrafficPolicy: Local`, as Kubernetes allocates it.
+pub fn wants_health_check(obj: &Value) -> bool {
+    service_type(obj) == "LoadBalancer" && obj.pointer("/spec/externalTrafficPolicy").and_then(Value::as_str) == Some("Local")
 }
 
 fn service_type(obj: &Value) -> &str {
@@ -152,6 +175,16 @@ fn keep_allocated(old: &Value, new: &mut Value) {
         if let Some(ip) = cluster_ip(old).map(str::to_string) {
             new["spec"]["clusterIP"] = json!(ip);
             new["spec"]["clusterIPs"] = old.pointer("/spec/clusterIPs").cloned().unwrap_or_else(|| json!([ip]));
+        }
+    }
+    let old_check = old.pointer("/spec/healthCheckNodePort").cloned();
+    if wants_health_check(new) && wants_health_check(old) && new.pointer("/spec/healthCheckNodePort").is_none() {
+        if let Some(n) = old_check {
+            new["spec"]["healthCheckNodePort"] = n;
+        }
+    } else if !wants_health_check(new) && old_check.is_some() && new.pointer("/spec/healthCheckNodePort") == old_check.as_ref() {
+        if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.remove("healthCheckNodePort");
         }
     }
     let keep = uses_node_ports(&new_ty) && uses_node_ports(&old_ty);
@@ -206,6 +239,9 @@ pub fn requested(def: &ResourceDef, obj: &Value) -> Vec<(Vec<u8>, Cause)> {
             out.push((port_key(n), Cause::invalid(format!("spec.ports[{i}].nodePort"), format!("Invalid value: {n}: provided port is already allocated"))));
         }
     }
+    if let Some(n) = obj.pointer("/spec/healthCheckNodePort").and_then(Value::as_i64) {
+        out.push((port_key(n), Cause::invalid("spec.healthCheckNodePort", format!("Invalid value: {n}: provided port is already allocated"))));
+    }
     out
 }
 
@@ -222,6 +258,9 @@ pub fn release(def: &ResourceDef, obj: &Value) -> Vec<SideWrite> {
         if let Some(n) = p.get("nodePort").and_then(Value::as_i64) {
             side.push((port_key(n), None));
         }
+    }
+    if let Some(n) = obj.pointer("/spec/healthCheckNodePort").and_then(Value::as_i64) {
+        side.push((port_key(n), None));
     }
     side
 }
@@ -326,5 +365,25 @@ mod tests {
         let e = reallocate(def, b"k", &old, &mut moved).unwrap_err();
         assert_eq!(e.code(), 422);
         assert!(format!("{e:?}").contains("may not change once set"), "{e:?}");
+    }
+
+    #[test]
+    fn a_local_load_balancer_gets_a_health_check_port_while_it_keeps_the_source() {
+        let def = lookup("", "v1", "services").unwrap();
+        let old = created(json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "allocateLoadBalancerNodePorts": false, "ports": [{"port": 80}]}));
+        let check = old["spec"]["healthCheckNodePort"].as_i64().expect("a health check node port");
+        assert!(NODE_PORT_RANGE.contains(&check));
+        assert!(release(def, &old).iter().any(|(k, _)| k == &port_key(check)), "released with the Service");
+        assert!(created(json!({"type": "LoadBalancer", "ports": [{"port": 80}]}))["spec"].get("healthCheckNodePort").is_none(), "not with the Cluster policy");
+        // Replaced without it: kept. To the Cluster policy: dropped and freed.
+        let mut same = json!({"metadata": {"name": "web"}, "spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local", "allocateLoadBalancerNodePorts": false, "ports": [{"port": 80}]}});
+        same["spec"]["clusterIP"] = old["spec"]["clusterIP"].clone();
+        assert!(reallocate(def, b"k", &old, &mut same).unwrap().is_empty());
+        assert_eq!(same["spec"]["healthCheckNodePort"], check);
+        let mut cluster = old.clone();
+        cluster["spec"]["externalTrafficPolicy"] = json!("Cluster");
+        let side = reallocate(def, b"k", &old, &mut cluster).unwrap();
+        assert!(cluster["spec"].get("healthCheckNodePort").is_none());
+        assert_eq!((keys(&side, true), keys(&side, false)), (vec![], vec![check.to_string()]));
     }
 }

@@ -417,6 +417,9 @@ fn validate_service(obj: &Value, causes: &mut Vec<Cause>) {
     if ty == "ExternalName" && obj.pointer("/spec/clusterIP").and_then(Value::as_str).is_some_and(|ip| !ip.is_empty()) {
         causes.push(Cause { reason: "FieldValueForbidden", field: "spec.clusterIPs".into(), message: "Forbidden: may not be set for ExternalName services".into() });
     }
+    if obj.pointer("/spec/healthCheckNodePort").is_some_and(|n| !n.is_null()) && !(ty == "LoadBalancer" && obj.pointer("/spec/externalTrafficPolicy").and_then(Value::as_str) == Some("Local")) {
+        causes.push(Cause::invalid("spec.healthCheckNodePort", "Invalid value: may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"));
+    }
     for (i, p) in ports.into_iter().flatten().enumerate() {
         if !["NodePort", "LoadBalancer"].contains(&ty) && p.get("nodePort").is_some_and(|n| !n.is_null()) {
             causes.push(Cause { reason: "FieldValueForbidden", field: format!("spec.ports[{i}].nodePort"), message: format!("Forbidden: may not be used when `type` is '{ty}'") });

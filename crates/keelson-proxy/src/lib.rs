@@ -9,6 +9,7 @@
 //! entries of UDP flows to endpoints the rules no longer allow are flushed.
 
 pub mod diff;
+pub mod healthcheck;
 pub mod metrics;
 pub mod nft;
 pub mod render;
@@ -95,13 +96,16 @@ where
 }
 
 /// Renders what the stores hold now, with the UDP flows the rules allow.
-fn current(cache: &mut render::RenderCache, services: &Store<Service>, slices: &Store<EndpointSlice>, node: &NodeInfo) -> (render::Model, BTreeSet<render::UdpFlow>) {
+/// The model, the UDP flows it allows and the health check node ports it serves.
+type Current = (render::Model, BTreeSet<render::UdpFlow>, std::collections::BTreeMap<u16, healthcheck::HealthCheck>);
+
+fn current(cache: &mut render::RenderCache, services: &Store<Service>, slices: &Store<EndpointSlice>, node: &NodeInfo) -> Current {
     let svcs = services.state();
     let sls = slices.state();
     let model = render::render_cached(cache, &svcs, &sls, node);
     let svcs: Vec<&Service> = svcs.iter().map(|s| s.as_ref()).collect();
     let sls: Vec<&EndpointSlice> = sls.iter().map(|s| s.as_ref()).collect();
-    (model, render::udp_flows(&svcs, &sls, node))
+    (model, render::udp_flows(&svcs, &sls, node), healthcheck::desired(&svcs, &sls, node))
 }
 
 /// Runs the proxy until `shutdown`, then removes its table.
@@ -123,6 +127,7 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, shutdown: CancellationT
     let mut last_full = Instant::now();
     let mut flows: BTreeSet<render::UdpFlow> = BTreeSet::new();
     let mut conntrack_missing = false;
+    let mut health = healthcheck::HealthServers::new(cfg.node.addresses.clone(), shutdown.clone());
     while !shutdown.is_cancelled() {
         if applied.is_some() {
             tokio::select! {
@@ -140,12 +145,14 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, shutdown: CancellationT
         keelson_tracecontext::continue_trace(&span, None);
         let _enter = span.enter();
         let started = Instant::now();
-        let (model, new_flows) = current(&mut cache, &services, &slices, &cfg.node);
+        let (model, new_flows, checks) = current(&mut cache, &services, &slices, &cfg.node);
         let rendered = started.elapsed();
-        let Some(sync) = plan(applied.as_ref(), &model, last_full.elapsed() >= cfg.resync) else {
+        let next = plan(applied.as_ref(), &model, last_full.elapsed() >= cfg.resync);
+        drop(_enter);
+        health.update(checks).await;
+        let Some(sync) = next else {
             continue;
         };
-        drop(_enter);
         match nft::apply(sync.script()).await {
             Ok(()) => {
                 let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
