@@ -331,11 +331,14 @@ async fn ingress_routes_hosts_and_paths_over_http_and_https_from_the_api() {
     .await;
     assert_eq!(r.location, Some(format!("https://api.shop.test:{}/a?b=c", https.port())));
 
-    // Status: the controller manager writes the Ready nodes' addresses on our Ingresses.
+    // Status: the controller manager gives the ingress' LoadBalancer Service the Ready
+    // nodes that announce ingress ports (as an agent does once its listeners are bound),
+    // and our Ingresses that Service's addresses.
     let access = c.control_plane_access(0, stop.clone()).await.unwrap();
     let controllers = tokio::spawn(keelson_controllers::run(access, Default::default(), stop.clone()));
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(admin.clone());
-    let n1: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({"metadata": {"name": "n1"}})).unwrap();
+    let n1: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({"metadata": {"name": "n1", "annotations": {
+        keelson_ingress::HTTP_PORT_ANNOTATION: http.port().to_string(), keelson_ingress::HTTPS_PORT_ANNOTATION: https.port().to_string()}}})).unwrap();
     let mut n1 = nodes.create(&PostParams::default(), &n1).await.unwrap();
     n1.status = serde_json::from_value(json!({"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}], "conditions": [{"type": "Ready", "status": "True"}]})).unwrap();
     nodes.replace_status("n1", &PostParams::default(), &n1).await.unwrap();
