@@ -53,10 +53,10 @@ pub(crate) fn ingress_announcements(http: Option<u16>, https: Option<u16>) -> st
 }
 
 /// The annotations the agent keeps on its Node at registration: where local volumes
-/// live, and the ingress ports given (None at registration: the ingress announces them
-/// once it has bound them).
-fn announcements(storage: &str, http: Option<u16>, https: Option<u16>) -> std::collections::BTreeMap<&'static str, Option<String>> {
-    let mut a = ingress_announcements(http, https);
+/// live, and no ingress ports (a previous run's are removed; this run's ingress
+/// announces its own once it has bound them).
+fn announcements(storage: &str) -> std::collections::BTreeMap<&'static str, Option<String>> {
+    let mut a = ingress_announcements(None, None);
     a.insert(crate::local_path::NODE_LOCAL_PATH_DIR, Some(storage.to_string()));
     a
 }
@@ -81,8 +81,7 @@ impl NodeReporter {
         let name = &self.cfg.node_name;
         let err = |source| NodeError::Register { node: name.clone(), source };
         let storage = crate::local_path::storage_dir(&self.cfg.data_dir).display().to_string();
-        // Ports a previous run announced are removed until this run's ingress has bound.
-        let announced = announcements(&storage, None, None);
+        let announced = announcements(&storage);
         let mut body = json!({"metadata": {"name": name, "annotations": announced.iter().filter_map(|(k, v)| Some((*k, v.clone()?))).collect::<std::collections::BTreeMap<_, _>>(), "labels": {
             "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
             "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}}});
@@ -271,8 +270,10 @@ mod tests {
 
     #[test]
     fn the_node_announces_its_volumes_and_only_the_ingress_ports_it_serves() {
-        let a = announcements("/var/lib/keelson/storage", Some(80), None);
-        assert_eq!(a[crate::local_path::NODE_LOCAL_PATH_DIR].as_deref(), Some("/var/lib/keelson/storage"));
+        let at_registration = announcements("/var/lib/keelson/storage");
+        assert_eq!(at_registration[crate::local_path::NODE_LOCAL_PATH_DIR].as_deref(), Some("/var/lib/keelson/storage"));
+        assert_eq!(at_registration[keelson_ingress::HTTP_PORT_ANNOTATION], None, "no ingress port before the ingress has bound it");
+        let a = ingress_announcements(Some(80), None);
         assert_eq!(a[keelson_ingress::HTTP_PORT_ANNOTATION].as_deref(), Some("80"));
         assert_eq!(a[keelson_ingress::HTTPS_PORT_ANNOTATION], None, "an unserved port is removed from the Node");
         // As a merge patch, None is JSON null: the annotation is deleted.

@@ -174,8 +174,14 @@ fn slice_labels(svc: &Service) -> BTreeMap<String, String> {
 
 /// Whether a slice is this controller's for the Service named `svc`.
 pub fn owned_slice(slice: &EndpointSlice, svc: &str) -> bool {
+    managed_slice(slice, svc, MANAGED_BY)
+}
+
+/// Whether a slice is of the Service named `svc` and kept by `manager` (its
+/// `endpointslice.kubernetes.io/managed-by`).
+pub fn managed_slice(slice: &EndpointSlice, svc: &str, manager: &str) -> bool {
     let labels = slice.metadata.labels.as_ref();
-    labels.and_then(|l| l.get(SERVICE_NAME_LABEL)).map(String::as_str) == Some(svc) && labels.and_then(|l| l.get(MANAGED_BY_LABEL)).map(String::as_str) == Some(MANAGED_BY)
+    labels.and_then(|l| l.get(SERVICE_NAME_LABEL)).map(String::as_str) == Some(svc) && labels.and_then(|l| l.get(MANAGED_BY_LABEL)).map(String::as_str) == Some(manager)
 }
 
 fn slice_name(svc: &str, address_type: &str, n: usize) -> String {

@@ -106,10 +106,7 @@ pub fn desired(svc: &Service, nodes: &[&Node]) -> Vec<EndpointSlice> {
 
 /// Whether a slice is this controller's.
 pub fn owned_slice(s: &EndpointSlice) -> bool {
-    let labels = s.metadata.labels.as_ref();
-    s.metadata.namespace.as_deref() == Some(NAMESPACE)
-        && labels.and_then(|l| l.get(SERVICE_NAME_LABEL)).map(String::as_str) == Some(NAME)
-        && labels.and_then(|l| l.get(MANAGED_BY_LABEL)).map(String::as_str) == Some(MANAGED_BY)
+    s.metadata.namespace.as_deref() == Some(NAMESPACE) && crate::endpointslice::reconcile::managed_slice(s, NAME, MANAGED_BY)
 }
 
 /// What turns the existing slices into the desired ones; with the Service gone (or being
