@@ -12,9 +12,17 @@ use crate::meta::{self, Minted, UpdateScope};
 use crate::storage::{object_key, Fence, ObjectStore, SideWrite, Stored, WriteOutcome};
 use crate::strategy;
 
-/// How often an update retries after losing a race with another writer (only when the
-/// caller gave no resourceVersion precondition).
+/// How often a create retries after a fence moved (a picked address taken, the namespace
+/// changed).
 const UPDATE_ATTEMPTS: usize = 8;
+
+/// How often an update retries after losing a race with another writer (only when the
+/// caller gave no resourceVersion precondition). Kubernetes retries such an update until
+/// it lands: every lost race is another writer's win, so many writers of one object (a
+/// Lease renewed again while its last renewal is still in flight) all get through; past
+/// the first few attempts a short random pause spreads them out.
+const CONFLICT_ATTEMPTS: usize = 64;
+const CONFLICT_PAUSE_FROM: usize = 4;
 
 #[derive(Clone)]
 pub struct Registry {
@@ -252,11 +260,19 @@ impl Registry {
         mut change: impl FnMut(Option<&Value>) -> Result<Option<Value>, ApiError>,
     ) -> Result<(Value, bool), ApiError> {
         let key = object_key(def, ns, name);
-        for _ in 0..UPDATE_ATTEMPTS {
+        for attempt in 0..CONFLICT_ATTEMPTS {
+            if attempt >= CONFLICT_PAUSE_FROM {
+                let pause = rand::thread_rng().gen_range(1..=(attempt as u64).min(20));
+                tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+            }
             let current = self.store.get(&key).await?;
             let Some(current) = current else {
                 return match change(None)? {
-                    Some(obj) => Ok((self.create(def, ns, obj, dry_run).await?, true)),
+                    // Another writer created it first: update that one instead.
+                    Some(obj) => match self.create(def, ns, obj, dry_run).await {
+                        Err(ApiError::AlreadyExists { .. }) => continue,
+                        created => Ok((created?, true)),
+                    },
                     None => Err(ApiError::not_found(def.qualified(), name)),
                 };
             };
