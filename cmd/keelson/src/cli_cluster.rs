@@ -57,7 +57,7 @@ pub async fn up(args: UpArgs, log: &crate::logging::LogArgs, traces: &crate::tel
         node_args: [log.to_argv(), traces.to_argv()].concat(),
         base_port: args.base_port,
     };
-    let cluster = Cluster::start(spec, |msg| println!("keelson up: {msg}")).await?;
+    let mut cluster = Cluster::start(spec, |msg| println!("keelson up: {msg}")).await?;
     let shutdown = CancellationToken::new();
     let hollow = if !root && args.agents > 0 {
         let client = crate::cli_hollow::kube_client(&cluster.kubeconfig_path()).await?;
@@ -68,9 +68,21 @@ pub async fn up(args: UpArgs, log: &crate::logging::LogArgs, traces: &crate::tel
     };
     print_ready(&cluster, hollow.is_some().then_some(args.agents));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    // A server or agent that exits by itself is started again, as systemd would.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let members = cluster.server_count() + cluster.node_count();
+    let mut supervisor = keelson_runner::Supervisor::new(keelson_runner::RestartPolicy::default(), members, std::time::Instant::now());
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = interrupt.recv() => break,
+            _ = term.recv() => break,
+            _ = tick.tick() => {
+                for event in cluster.supervise(&mut supervisor, std::time::Instant::now()) {
+                    println!("keelson up: {event}");
+                }
+            }
+        }
     }
     let (nodes, netns) = (cluster.node_count() > 0, cluster.host_addr().is_some());
     println!("keelson up: stopping{}", if nodes { " (nodes stop their pods first)" } else { "" });

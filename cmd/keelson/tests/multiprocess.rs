@@ -123,6 +123,8 @@ async fn keelson_up_writes_cluster_json_stops_cleanly_and_resumes() {
             .spawn()
             .expect("keelson up")
     };
+    // What `up` printed after the cluster was ready.
+    let later_lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let wait_ready = |child: &mut std::process::Child| {
         let out = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(out).lines();
@@ -131,7 +133,13 @@ async fn keelson_up_writes_cluster_json_stops_cleanly_and_resumes() {
             eprintln!("up: {line}");
             if line.starts_with("Cluster ready") {
                 // Keep draining in the background so `up` never blocks on a full pipe.
-                std::thread::spawn(move || for _ in lines {});
+                let later = later_lines.clone();
+                std::thread::spawn(move || {
+                    for line in lines.map_while(Result::ok) {
+                        eprintln!("up: {line}");
+                        later.lock().unwrap().push(line);
+                    }
+                });
                 return;
             }
         }
@@ -207,12 +215,40 @@ async fn keelson_up_writes_cluster_json_stops_cleanly_and_resumes() {
     unsafe { libc::kill(first as i32, libc::SIGCONT) };
     assert!(moved_on, "kv put --cluster-dir never got past the stopped first server: {last}");
 
+    // A server that dies by itself (kill -9 from outside, as a crash would) is started
+    // again by `up`, which says so; it comes back on its data and serves.
+    let second = manifest.servers().nth(1).expect("second server");
+    unsafe { libc::kill(second.pid.expect("pid") as i32, libc::SIGKILL) };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let (restarted_pid, after_restart) = loop {
+        let now: keelson_runner::Manifest = serde_json::from_slice(&std::fs::read(dir.join("cluster.json")).expect("cluster.json")).expect("manifest");
+        let entry = now.servers().nth(1).expect("second server").clone();
+        if let Some(pid) = entry.pid.filter(|p| Some(*p) != second.pid) {
+            break (pid, now);
+        }
+        assert!(std::time::Instant::now() < deadline, "keelson up did not restart {} within 60 s: {:?}", second.name, later_lines.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let said = later_lines.lock().unwrap().clone();
+    assert!(said.iter().any(|l| l.contains(&format!("{} exited (killed by signal 9); restarting it in 1 s", second.name))), "{said:?}");
+    assert!(said.iter().any(|l| l.contains(&format!("{} restarted (pid {restarted_pid})", second.name))), "{said:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let st = status_json(&dir);
+        let healthy = st["members"].as_array().into_iter().flatten().filter(|m| m["reachable"] == true).count();
+        if healthy == 3 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the restarted server never answered again: {st}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
     // SIGTERM stops every server.
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(up.id() as i32, libc::SIGTERM) };
     let code = up.wait().expect("wait");
     assert!(code.success(), "keelson up exited with {code}");
-    for s in manifest.servers() {
+    for s in manifest.servers().chain(after_restart.servers()) {
         let alive = unsafe { libc::kill(s.pid.expect("pid") as i32, 0) } == 0;
         assert!(!alive, "{} still running after keelson up stopped", s.name);
     }

@@ -13,7 +13,8 @@
 //! Writes to RocksDB's own log are not retried: after one fails, RocksDB refuses every
 //! later write of that log file (its debug builds abort), and only reopening the database
 //! clears that. Such a failure stops the Raft core, and the server exits so that it is
-//! restarted (see `RunningReplica::raft_stopped`).
+//! restarted (see `RunningReplica::raft_stopped`; `keelson up` restarts it with a
+//! doubling pause until it stays up, as systemd's `Restart=on-failure` would).
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};

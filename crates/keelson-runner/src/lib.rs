@@ -9,6 +9,8 @@
 //! Ready. Any member can then be stopped, killed, paused, resumed or restarted; a node
 //! can also lose power ([`Cluster::power_off`]: its containers die with it) or be frozen
 //! whole ([`Cluster::freeze`], [`Cluster::thaw`]).
+//! A member that exits by itself is started again by [`Cluster::supervise`] after a
+//! doubling pause ([`RestartPolicy`]), as systemd would restart it; `keelson up` does so.
 //! `DIR/cluster.json` ([`Manifest`]) describes every member and is rewritten whenever one
 //! starts or stops; `DIR/kubeconfig` has one context per server. Starting on a directory
 //! that holds a cluster resumes it.
@@ -52,6 +54,7 @@ mod ports;
 mod power;
 mod process;
 mod readiness;
+mod supervise;
 pub mod topology;
 
 pub use cleanup::{cleanup_on_signal, cleanup_stale, CleanupHandle};
@@ -59,6 +62,7 @@ pub use cluster::Cluster;
 pub use error::RunnerError;
 pub use manifest::{Manifest, MemberEntry, MemberKind};
 pub use ports::free_loopback_port;
+pub use supervise::{RestartPolicy, SuperviseEvent, Supervisor};
 
 /// How members are separated from each other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
