@@ -268,3 +268,106 @@ async fn keelson_up_writes_cluster_json_stops_cleanly_and_resumes() {
     unsafe { libc::kill(up.id() as i32, libc::SIGTERM) };
     assert!(up.wait().expect("wait").success());
 }
+
+/// A tmpfs mounted for a test, unmounted (lazily) on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &std::path::Path, size_mib: u64) -> Self {
+        std::fs::create_dir_all(at).expect("mount point");
+        let ok = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size_mib}m"), "keelson-test-disk"]).arg(at).status().expect("mount");
+        assert!(ok.success(), "mount a tmpfs at {}", at.display());
+        Tmpfs(at.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// With no reserve, a server's disk is filled to its last byte under a write load. Once
+/// RocksDB's preallocated log is used up a write of its fails: the server stops (its Raft
+/// core stops and it exits, or RocksDB aborts it), and `keelson up`'s supervisor starts
+/// it again, with its back-off, for as long as the disk stays full. The other two keep
+/// taking writes; once space returns the restarted server catches up with every
+/// acknowledged write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_whose_disk_fills_to_the_last_byte_is_restarted_until_space_returns_and_loses_nothing() {
+    if !keelson_runner::cmd::is_root() {
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root; this test needs root to mount a tmpfs");
+        eprintln!("SKIPPED: the full-disk restart test needs root (to mount a tmpfs); run as root or in CI");
+        return;
+    }
+    use keelson_runner::{RestartPolicy, SuperviseEvent, Supervisor};
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("c");
+    let disk = Tmpfs::mount(&dir.join("keelson-3"), 160);
+    let mut cluster = start(3, dir.clone(), &["--storage-reserve", "0"]).await;
+    let policy = RestartPolicy { first: Duration::from_millis(200), max: Duration::from_secs(2), healthy_after: Duration::from_secs(60) };
+    let mut sup = Supervisor::new(policy, 3, std::time::Instant::now());
+    let mut events: Vec<SuperviseEvent> = Vec::new();
+    let exits = |events: &[SuperviseEvent]| events.iter().filter(|e| matches!(e, SuperviseEvent::Exited { name, .. } if name == "keelson-3")).count();
+
+    let fill = disk.0.join("fill");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&fill).expect("fill file");
+        let chunk = vec![0u8; 1 << 20];
+        while matches!(f.write(&chunk), Ok(n) if n > 0) {}
+        let _ = f.sync_all();
+    }
+    let client = cluster.client();
+    let value = vec![b'v'; 64 << 10];
+    let mut acked: Vec<String> = Vec::new();
+    let mut i = 0usize;
+    while exits(&events) == 0 {
+        let key = format!("/full-disk/{i:05}");
+        match tokio::time::timeout(Duration::from_secs(5), client.put(key.as_bytes(), &value)).await {
+            Ok(Ok(_)) => acked.push(key),
+            _ => client.rotate(),
+        }
+        events.extend(cluster.supervise(&mut sup, std::time::Instant::now()));
+        i += 1;
+        assert!(i < 20_000, "20,000 writes of 64 KiB to a full disk and keelson-3 still runs");
+    }
+    eprintln!("keelson-3 stopped after {} acknowledged writes: {events:?}", acked.len());
+    // While the disk stays full the supervisor keeps trying, and the others take writes.
+    let until = std::time::Instant::now() + Duration::from_secs(4);
+    while std::time::Instant::now() < until {
+        let key = format!("/full-disk/{i:05}");
+        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(5), client.put(key.as_bytes(), b"small")).await {
+            acked.push(key);
+        } else {
+            client.rotate();
+        }
+        i += 1;
+        events.extend(cluster.supervise(&mut sup, std::time::Instant::now()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(events.iter().any(|e| matches!(e, SuperviseEvent::Restarted { name, .. } if name == "keelson-3")), "{events:?}");
+
+    std::fs::remove_file(&fill).expect("free the space");
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        events.extend(cluster.supervise(&mut sup, std::time::Instant::now()));
+        if cluster.is_running(2) && cluster.wait_healthy(Duration::from_secs(2)).await.is_ok() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "keelson-3 never came back once space returned: {events:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let r = cluster
+        .client()
+        .starting_at(2)
+        .range(RangeRequest { range: KeyRange::prefix("/full-disk/"), keys_only: true, ..Default::default() }, ReadConsistency::Linearizable)
+        .await
+        .expect("read back");
+    let present: std::collections::BTreeSet<String> = r.response.kvs.into_iter().map(|kv| String::from_utf8(kv.key).expect("utf8")).collect();
+    let lost: Vec<&String> = acked.iter().filter(|k| !present.contains(*k)).take(5).collect();
+    assert!(lost.is_empty(), "acknowledged writes lost, e.g. {lost:?} ({} acknowledged)", acked.len());
+    eprintln!("keelson-3 exited {} times while its disk was full; {} writes acknowledged, none lost", exits(&events), acked.len());
+    cluster.stop(Duration::from_secs(10)).await.expect("stop");
+    drop(disk);
+}

@@ -11,7 +11,8 @@
 //! its log and serves meanwhile; it only does not shorten its log.
 //!
 //! Writes to RocksDB's own log are not retried: after one fails, RocksDB refuses every
-//! later write of that log file (its debug builds abort), and only reopening the database
+//! later write of that log file (builds with assertions, as the Debian library linked
+//! here, abort the process), and only reopening the database
 //! clears that. Such a failure stops the Raft core, and the server exits so that it is
 //! restarted (see `RunningReplica::raft_stopped`; `keelson up` restarts it with a
 //! doubling pause until it stays up, as systemd's `Restart=on-failure` would).
