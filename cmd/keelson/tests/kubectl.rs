@@ -126,6 +126,26 @@ async fn apply_client_side_and_server_side() {
     let moved = k.fails(&["patch", "service", "web", "-p", r#"{"spec":{"clusterIP":"10.43.250.250"}}"#]);
     assert_contains(&moved.stderr, "may not change once set", "changing the ClusterIP");
 
+    // Dual stack: up to PreferDualStack adds an IPv6 ClusterIP, which is then held;
+    // down to SingleStack lets it go.
+    k.ok(&["patch", "service", "web", "-p", r#"{"spec":{"ipFamilyPolicy":"PreferDualStack"}}"#]);
+    let dual = k.json(&["get", "service", "web"]);
+    assert_eq!(dual["spec"]["ipFamilies"], serde_json::json!(["IPv4", "IPv6"]), "{dual:#}");
+    assert_eq!(str_at(&dual, "/spec/clusterIPs/0"), cluster_ip, "the IPv4 address stays first");
+    let v6 = str_at(&dual, "/spec/clusterIPs/1").to_string();
+    assert!(v6.starts_with("fd43::"), "an address of the IPv6 service CIDR: {v6}");
+    let six = |name: &str| format!(r#"{{"apiVersion":"v1","kind":"Service","metadata":{{"name":"{name}"}},"spec":{{"clusterIP":"{v6}","ports":[{{"port":80}}]}}}}"#);
+    let clash = k.fails_stdin(&["create", "-f", "-"], &six("six"));
+    assert_contains(&clash.stderr, "provided IP is already allocated", "an IPv6 ClusterIP another Service holds");
+    let dup = k.fails_stdin(&["create", "-f", "-"], r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"dup"},"spec":{"ipFamilyPolicy":"RequireDualStack","ipFamilies":["IPv4","IPv4"],"ports":[{"port":80}]}}"#);
+    assert_contains(&dup.stderr, "spec.ipFamilies[1]: Duplicate value: \"IPv4\"", "one family twice");
+    k.ok(&["patch", "service", "web", "-p", r#"{"spec":{"ipFamilyPolicy":"SingleStack"}}"#]);
+    let single = k.json(&["get", "service", "web"]);
+    assert_eq!((single["spec"]["clusterIPs"].clone(), single["spec"]["ipFamilies"].clone()), (serde_json::json!([cluster_ip]), serde_json::json!(["IPv4"])));
+    k.ok_stdin(&["create", "-f", "-"], &six("six"));
+    assert_eq!(str_at(&k.json(&["get", "service", "six"]), "/spec/ipFamilies/0"), "IPv6", "the freed IPv6 address is another's now");
+    k.ok(&["delete", "service", "six"]);
+
     // Applying the same again changes nothing.
     let out = k.ok(&["apply", "-f", &fixture("app-v2.yaml")]);
     assert!(lines(&out).iter().all(|l| l.ends_with(" unchanged")), "third apply:\n{out}");

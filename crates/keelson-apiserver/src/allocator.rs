@@ -5,7 +5,7 @@
 //! Service, fenced on the key being absent: two replicas can never hand out the same
 //! address, and a delete releases the keys in the Service's own delete transaction.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use rand::Rng;
 use serde_json::{json, Value};
@@ -14,8 +14,10 @@ use crate::catalog::ResourceDef;
 use crate::error::{ApiError, Cause};
 use crate::storage::SideWrite;
 
-/// The service CIDR: 10.43.0.0/16. `.0` is the network, `.1` the `kubernetes` Service.
-pub const SERVICE_CIDR: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 43, 0, 0), 16);
+mod families;
+
+pub use families::{in_service_cidr, Family, SERVICE_CIDR, SERVICE_CIDR_V6};
+
 pub const NODE_PORT_RANGE: std::ops::RangeInclusive<i64> = 30000..=32767;
 
 fn ip_key(ip: &str) -> Vec<u8> {
@@ -26,17 +28,33 @@ fn port_key(port: i64) -> Vec<u8> {
     format!("/registry/ranges/servicenodeports/{port}").into_bytes()
 }
 
-pub fn in_service_cidr(ip: Ipv4Addr) -> bool {
-    let (net, bits) = SERVICE_CIDR;
-    let mask = u32::MAX << (32 - bits);
-    u32::from(ip) & mask == u32::from(net) & mask
+/// A random address of `family`'s service CIDR (not its first two nor, for IPv4, the
+/// broadcast address).
+fn random_ip(family: Family) -> IpAddr {
+    match family {
+        Family::V4 => {
+            let (net, bits) = SERVICE_CIDR;
+            let size = 1u32 << (32 - bits);
+            Ipv4Addr::from(u32::from(net) + rand::thread_rng().gen_range(2..size - 1)).into()
+        }
+        Family::V6 => {
+            let (net, bits) = SERVICE_CIDR_V6;
+            let size = 1u128 << (128 - bits);
+            Ipv6Addr::from(u128::from(net) + rand::thread_rng().gen_range(2..size)).into()
+        }
+    }
 }
 
-fn random_ip() -> Ipv4Addr {
-    let (net, bits) = SERVICE_CIDR;
-    let size = 1u32 << (32 - bits);
-    let offset = rand::thread_rng().gen_range(2..size - 1);
-    Ipv4Addr::from(u32::from(net) + offset)
+/// Every ClusterIP a Service holds (`clusterIPs`, and `clusterIP`), without "None".
+fn held_ips(obj: &Value) -> Vec<String> {
+    let mut ips: Vec<String> = obj.pointer("/spec/clusterIPs").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(String::from).collect();
+    if let Some(ip) = cluster_ip(obj) {
+        if !ips.iter().any(|i| i == ip) {
+            ips.insert(0, ip.to_string());
+        }
+    }
+    ips.retain(|ip| ip != "None" && !ip.is_empty());
+    ips
 }
 
 fn is_service(def: &ResourceDef) -> bool {
@@ -54,30 +72,20 @@ pub fn allocate(def: &ResourceDef, owner_key: &[u8], obj: &mut Value) -> Result<
     let mut side = Vec::new();
     let ty = obj.pointer("/spec/type").and_then(Value::as_str).unwrap_or("ClusterIP").to_string();
     if ty != "ExternalName" {
-        let requested = obj.pointer("/spec/clusterIP").and_then(Value::as_str).unwrap_or("").to_string();
-        let ip = match requested.as_str() {
-            "None" => None,
-            "" => Some(random_ip()),
-            s => {
-                let ip: Ipv4Addr = s.parse().map_err(|_| invalid("spec.clusterIP", format!("Invalid value: {s:?}: must be a valid IP address")))?;
-                if !in_service_cidr(ip) {
-                    return Err(invalid("spec.clusterIP", format!("Invalid value: {s:?}: provided IP is not in the valid range. The range of valid IPs is 10.43.0.0/16")));
-                }
-                Some(ip)
+        let plan = families::resolve(&obj["spec"]).map_err(|c| ApiError::invalid("Service", "", &name, vec![c]))?;
+        if plan.headless {
+            obj["spec"]["clusterIP"] = json!("None");
+            obj["spec"]["clusterIPs"] = json!(["None"]);
+        } else {
+            let ips: Vec<String> = plan.families.iter().zip(&plan.requested).map(|(f, ip)| ip.unwrap_or_else(|| random_ip(*f)).to_string()).collect();
+            for ip in &ips {
+                side.push((ip_key(ip), Some(owner_key.to_vec())));
             }
-        };
-        match ip {
-            Some(ip) => {
-                obj["spec"]["clusterIP"] = json!(ip.to_string());
-                obj["spec"]["clusterIPs"] = json!([ip.to_string()]);
-                side.push((ip_key(&ip.to_string()), Some(owner_key.to_vec())));
-            }
-            None => {
-                obj["spec"]["clusterIPs"] = json!(["None"]);
-            }
+            obj["spec"]["clusterIP"] = json!(ips[0]);
+            obj["spec"]["clusterIPs"] = json!(ips);
         }
-        obj["spec"]["ipFamilies"] = json!(["IPv4"]);
-        obj["spec"]["ipFamilyPolicy"] = json!("SingleStack");
+        obj["spec"]["ipFamilies"] = json!(plan.families.iter().map(|f| f.name()).collect::<Vec<_>>());
+        obj["spec"]["ipFamilyPolicy"] = json!(plan.policy);
         obj["spec"]["internalTrafficPolicy"] = obj.pointer("/spec/internalTrafficPolicy").cloned().unwrap_or(json!("Cluster"));
     }
     if ty == "NodePort" || ty == "LoadBalancer" {
@@ -165,16 +173,38 @@ fn old_node_port(old: &Value, p: &Value) -> Option<i64> {
 fn keep_allocated(old: &Value, new: &mut Value) {
     let (old_ty, new_ty) = (service_type(old).to_string(), service_type(new).to_string());
     if new_ty == "ExternalName" {
-        if cluster_ip(new).is_some() && cluster_ip(new) == cluster_ip(old) {
-            if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+        if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+            if spec.get("clusterIP").and_then(Value::as_str).is_some_and(|ip| !ip.is_empty()) && spec.get("clusterIP") == old.pointer("/spec/clusterIP") {
                 spec.remove("clusterIP");
                 spec.remove("clusterIPs");
             }
+            // An ExternalName Service has no IP families, as Kubernetes clears them.
+            spec.remove("ipFamilies");
+            spec.remove("ipFamilyPolicy");
         }
-    } else if old_ty != "ExternalName" && cluster_ip(new).is_none() {
-        if let Some(ip) = cluster_ip(old).map(str::to_string) {
-            new["spec"]["clusterIP"] = json!(ip);
-            new["spec"]["clusterIPs"] = old.pointer("/spec/clusterIPs").cloned().unwrap_or_else(|| json!([ip]));
+    } else if old_ty != "ExternalName" {
+        if cluster_ip(new).is_none() && new.pointer("/spec/clusterIPs").is_none() {
+            if let Some(ip) = cluster_ip(old).map(str::to_string) {
+                new["spec"]["clusterIP"] = json!(ip);
+                new["spec"]["clusterIPs"] = old.pointer("/spec/clusterIPs").cloned().unwrap_or_else(|| json!([ip]));
+            }
+        }
+        for field in ["ipFamilyPolicy", "ipFamilies"] {
+            if new.pointer(&format!("/spec/{field}")).is_none() {
+                if let Some(v) = old.pointer(&format!("/spec/{field}")).cloned() {
+                    new["spec"][field] = v;
+                }
+            }
+        }
+        // Down to one family (SingleStack): the secondary address and family go, as
+        // Kubernetes drops them.
+        let single = new.pointer("/spec/ipFamilyPolicy").and_then(Value::as_str) == Some("SingleStack");
+        if single && new.pointer("/spec/clusterIPs") == old.pointer("/spec/clusterIPs") {
+            for field in ["clusterIPs", "ipFamilies"] {
+                if let Some(list) = new.pointer_mut(&format!("/spec/{field}")).and_then(Value::as_array_mut) {
+                    list.truncate(1);
+                }
+            }
         }
     }
     let old_check = old.pointer("/spec/healthCheckNodePort").cloned();
@@ -211,10 +241,22 @@ pub fn reallocate(def: &ResourceDef, owner_key: &[u8], old: &Value, new: &mut Va
         return Ok(Vec::new());
     }
     keep_allocated(old, new);
-    if let (Some(was), Some(now)) = (cluster_ip(old), cluster_ip(new)) {
-        if was != now && service_type(old) != "ExternalName" {
-            let name = new.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
-            return Err(ApiError::invalid("Service", "", name, vec![Cause::invalid("spec.clusterIPs[0]", format!("Invalid value: []string{{{now:?}}}: may not change once set"))]));
+    if service_type(old) != "ExternalName" && service_type(new) != "ExternalName" {
+        let name = new.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+        let refuse = |field: &str, now: &str| ApiError::invalid("Service", "", &name, vec![Cause::invalid(field, format!("Invalid value: {now:?}: may not change once set"))]);
+        let (was, now) = (held_ips(old), held_ips(new));
+        for i in 0..2 {
+            if let (Some(w), Some(n)) = (was.get(i), now.get(i)) {
+                if w != n {
+                    return Err(refuse(&format!("spec.clusterIPs[{i}]"), n));
+                }
+            }
+        }
+        let first_family = |o: &Value| o.pointer("/spec/ipFamilies/0").and_then(Value::as_str).map(String::from);
+        if let (Some(w), Some(n)) = (first_family(old), first_family(new)) {
+            if w != n {
+                return Err(refuse("spec.ipFamilies[0]", &n));
+            }
         }
     }
     let before: std::collections::BTreeSet<Vec<u8>> = release(def, old).into_iter().map(|(k, _)| k).collect();
@@ -231,8 +273,8 @@ pub fn requested(def: &ResourceDef, obj: &Value) -> Vec<(Vec<u8>, Cause)> {
         return Vec::new();
     }
     let mut out = Vec::new();
-    if let Some(ip) = cluster_ip(obj).filter(|ip| *ip != "None") {
-        out.push((ip_key(ip), Cause::invalid("spec.clusterIPs", format!("Invalid value: []string{{{ip:?}}}: failed to allocate IP {ip}: provided IP is already allocated"))));
+    for ip in held_ips(obj) {
+        out.push((ip_key(&ip), Cause::invalid("spec.clusterIPs", format!("Invalid value: []string{{{ip:?}}}: failed to allocate IP {ip}: provided IP is already allocated"))));
     }
     for (i, p) in obj.pointer("/spec/ports").and_then(Value::as_array).into_iter().flatten().enumerate() {
         if let Some(n) = p.get("nodePort").and_then(Value::as_i64) {
@@ -251,8 +293,8 @@ pub fn release(def: &ResourceDef, obj: &Value) -> Vec<SideWrite> {
         return Vec::new();
     }
     let mut side = Vec::new();
-    if let Some(ip) = obj.pointer("/spec/clusterIP").and_then(Value::as_str).filter(|s| *s != "None" && !s.is_empty()) {
-        side.push((ip_key(ip), None));
+    for ip in held_ips(obj) {
+        side.push((ip_key(&ip), None));
     }
     for p in obj.pointer("/spec/ports").and_then(Value::as_array).into_iter().flatten() {
         if let Some(n) = p.get("nodePort").and_then(Value::as_i64) {
@@ -275,8 +317,8 @@ mod tests {
         let def = lookup("", "v1", "services").unwrap();
         let mut s = json!({"metadata": {"name": "web"}, "spec": {"type": "NodePort", "ports": [{"port": 80}, {"port": 443, "nodePort": 30443}]}});
         let side = allocate(def, b"k", &mut s).unwrap();
-        let ip: Ipv4Addr = s["spec"]["clusterIP"].as_str().unwrap().parse().unwrap();
-        assert!(in_service_cidr(ip) && ip != Ipv4Addr::new(10, 43, 0, 1));
+        let ip: IpAddr = s["spec"]["clusterIP"].as_str().unwrap().parse().unwrap();
+        assert!(in_service_cidr(&ip) && ip != Ipv4Addr::new(10, 43, 0, 1));
         assert!(NODE_PORT_RANGE.contains(&s["spec"]["ports"][0]["nodePort"].as_i64().unwrap()));
         assert_eq!(side.len(), 3);
         assert!(side.contains(&(b"/registry/ranges/servicenodeports/30443".to_vec(), Some(b"k".to_vec()))));
@@ -385,5 +427,50 @@ mod tests {
         let side = reallocate(def, b"k", &old, &mut cluster).unwrap();
         assert!(cluster["spec"].get("healthCheckNodePort").is_none());
         assert_eq!((keys(&side, true), keys(&side, false)), (vec![], vec![check.to_string()]));
+    }
+
+    #[test]
+    fn a_dual_stack_service_holds_an_address_of_each_family_and_can_move_between_stacks() {
+        let def = lookup("", "v1", "services").unwrap();
+        let dual = created(json!({"ipFamilyPolicy": "PreferDualStack", "ports": [{"port": 80}]}));
+        let ips: Vec<IpAddr> = dual["spec"]["clusterIPs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().parse().unwrap()).collect();
+        assert!(ips[0].is_ipv4() && ips[1].is_ipv6() && ips.iter().all(in_service_cidr), "{ips:?}");
+        assert_eq!(dual["spec"]["clusterIP"], ips[0].to_string());
+        assert_eq!(dual["spec"]["ipFamilies"], json!(["IPv4", "IPv6"]));
+        assert_eq!(release(def, &dual).len(), 2, "both addresses are let go of with the Service");
+        assert_eq!(requested(def, &dual).len(), 2);
+
+        // Replaced with the original manifest: both kept, nothing written.
+        let mut same = json!({"metadata": {"name": "web"}, "spec": {"ipFamilyPolicy": "PreferDualStack", "ports": [{"port": 80}]}});
+        assert!(reallocate(def, b"k", &dual, &mut same).unwrap().is_empty());
+        assert_eq!(same["spec"]["clusterIPs"], dual["spec"]["clusterIPs"]);
+
+        // Down to SingleStack (as `kubectl apply` leaves the live lists in): the IPv6
+        // address and family are dropped and let go of.
+        let mut single = dual.clone();
+        single["spec"]["ipFamilyPolicy"] = json!("SingleStack");
+        let side = reallocate(def, b"k", &dual, &mut single).unwrap();
+        assert_eq!((single["spec"]["clusterIPs"].clone(), single["spec"]["ipFamilies"].clone()), (json!([ips[0].to_string()]), json!(["IPv4"])));
+        assert_eq!((keys(&side, true), keys(&side, false)), (vec![], vec![ips[1].to_string()]));
+
+        // Up again: a new IPv6 address is picked, the IPv4 one kept.
+        let mut up = single.clone();
+        up["spec"]["ipFamilyPolicy"] = json!("RequireDualStack");
+        let side = reallocate(def, b"k", &single, &mut up).unwrap();
+        let v6 = up["spec"]["clusterIPs"][1].as_str().unwrap().to_string();
+        assert!(v6.parse::<IpAddr>().unwrap().is_ipv6());
+        assert_eq!((keys(&side, true), keys(&side, false)), (vec![v6], vec![]));
+
+        // The primary family may not change.
+        let mut flipped = json!({"metadata": {"name": "web"}, "spec": {"ipFamilies": ["IPv6"], "ports": [{"port": 80}]}});
+        let e = reallocate(def, b"k", &single, &mut flipped).unwrap_err();
+        assert!(format!("{e:?}").contains("spec.clusterIPs[0]") || format!("{e:?}").contains("spec.ipFamilies[0]"), "{e:?}");
+
+        // An IPv6-only Service; an ExternalName one has no families.
+        let v6only = created(json!({"ipFamilies": ["IPv6"], "ports": [{"port": 80}]}));
+        assert!(v6only["spec"]["clusterIP"].as_str().unwrap().parse::<IpAddr>().unwrap().is_ipv6());
+        let mut ext = json!({"metadata": {"name": "web"}, "spec": {"type": "ExternalName", "externalName": "example.com"}});
+        reallocate(def, b"k", &v6only, &mut ext).unwrap();
+        assert!(ext["spec"].get("ipFamilies").is_none() && ext["spec"].get("clusterIPs").is_none(), "{ext}");
     }
 }

@@ -43,14 +43,16 @@ fn reply(req: &Message, code: ResponseCode) -> Message {
     m
 }
 
-/// The A record a `<a-b-c-d>.<ns>.pod.<domain>` name stands for.
+/// The address a `<a-b-c-d>.<ns>.pod.<domain>` name stands for (A), or for IPv6 the
+/// address with its colons as dashes, `fd42--7.<ns>.pod.<domain>` (AAAA).
 fn pod_address(zone: &Zone, qname: &str) -> Option<IpAddr> {
     let rest = qname.strip_suffix(&format!(".pod.{}", zone.domain))?;
     let (label, ns) = rest.split_once('.')?;
     if ns.is_empty() || ns.contains('.') {
         return None;
     }
-    label.replace('-', ".").parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
+    let v4 = label.replace('-', ".").parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4);
+    v4.or_else(|| label.replace('-', ":").parse::<std::net::Ipv6Addr>().ok().map(IpAddr::V6))
 }
 
 fn in_domain(zone: &Zone, qname: &str) -> bool {

@@ -113,3 +113,27 @@ fn replies_survive_the_wire() {
     let back = Message::from_vec(&m.to_vec().unwrap()).unwrap();
     assert_eq!(data(&back), data(&m));
 }
+
+#[test]
+fn a_dual_stack_service_answers_a_and_aaaa_and_ipv6_endpoints_and_pods_answer_aaaa() {
+    let services = [
+        svc("d", "dual", json!({"clusterIP": "10.43.0.6", "clusterIPs": ["10.43.0.6", "fd43::6"], "ipFamilies": ["IPv4", "IPv6"], "ports": [{"port": 80}]})),
+        svc("d", "six", json!({"clusterIP": "None", "ipFamilies": ["IPv6"], "ports": [{"port": 80}]})),
+    ];
+    let mut v6 = slice("d", "six", json!([{"addresses": ["fd42::7"], "hostname": "six-0", "conditions": {"ready": true}}, {"addresses": ["fd42::8"], "conditions": {"ready": true}}]));
+    v6.address_type = "IPv6".into();
+    let z = crate::zone::build("cluster.local", &services.iter().collect::<Vec<_>>(), &[&v6]);
+    let ask = |q: &str, t: RecordType| match answer(&z, &request(7, q, t).unwrap()) {
+        Outcome::Reply(m) => m,
+        Outcome::Forward => panic!("{q} forwarded"),
+    };
+    assert_eq!(data(&ask("dual.d.svc.cluster.local", RecordType::A)), ["10.43.0.6"]);
+    assert_eq!(data(&ask("dual.d.svc.cluster.local", RecordType::AAAA)), ["fd43::6"]);
+    assert_eq!(data(&ask("six.d.svc.cluster.local", RecordType::AAAA)), ["fd42::7", "fd42::8"]);
+    let nodata = ask("six.d.svc.cluster.local", RecordType::A);
+    assert!(nodata.answers.is_empty() && nodata.metadata.response_code == ResponseCode::NoError, "an IPv6-only name has no A record, and exists");
+    assert_eq!(data(&ask("six-0.six.d.svc.cluster.local", RecordType::AAAA)), ["fd42::7"]);
+    assert_eq!(data(&ask("fd42--8.six.d.svc.cluster.local", RecordType::AAAA)), ["fd42::8"]);
+    assert_eq!(data(&ask("fd42--9.d.pod.cluster.local", RecordType::AAAA)), ["fd42::9"]);
+    assert!(ask("fd42--9.d.pod.cluster.local", RecordType::A).answers.is_empty());
+}
