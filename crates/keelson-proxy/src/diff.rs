@@ -28,9 +28,16 @@ use std::fmt::Write;
 
 use crate::render::{Map, Model, ServiceRules, TABLE};
 
+/// The table a step names: `ip keelson-proxy` or `ip6 keelson-proxy`.
+fn table(f: &str) -> String {
+    format!("{f} {TABLE}")
+}
+
 /// The commands of each step, in the order of the module's guarantees.
 #[derive(Default)]
 struct Steps {
+    /// The family's nft keyword.
+    family: &'static str,
     add: Vec<String>,
     flush: Vec<String>,
     delete_elements: BTreeMap<Map, Vec<String>>,
@@ -40,8 +47,8 @@ struct Steps {
     delete: Vec<String>,
 }
 
-fn set_decl(name: &str, decl: &[String]) -> String {
-    let mut s = format!("add set ip {TABLE} {name} {{ ");
+fn set_decl(f: &str, name: &str, decl: &[String]) -> String {
+    let mut s = format!("add set {} {name} {{ ", table(f));
     for line in decl {
         let _ = write!(s, "{line}; ");
     }
@@ -50,19 +57,21 @@ fn set_decl(name: &str, decl: &[String]) -> String {
 }
 
 fn fill(steps: &mut Steps, name: &str, rules: &[String]) {
-    steps.rules.extend(rules.iter().map(|r| format!("add rule ip {TABLE} {name} {r}")));
+    let t = table(steps.family);
+    steps.rules.extend(rules.iter().map(|r| format!("add rule {t} {name} {r}")));
 }
 
 fn diff_service(steps: &mut Steps, prev: &ServiceRules, next: &ServiceRules) {
+    let (f, t) = (steps.family, table(steps.family));
     // A set whose declaration changed is re-made: every chain of the Service is rewritten.
     let mut rewrite_all = false;
     for (name, decl) in &next.sets {
         match prev.sets.get(name) {
-            None => steps.add.push(set_decl(name, decl)),
+            None => steps.add.push(set_decl(f, name, decl)),
             Some(old) if old != decl => {
                 rewrite_all = true;
-                steps.redeclare.push(format!("delete set ip {TABLE} {name}"));
-                steps.redeclare.push(set_decl(name, decl));
+                steps.redeclare.push(format!("delete set {t} {name}"));
+                steps.redeclare.push(set_decl(f, name, decl));
             }
             Some(_) => {}
         }
@@ -70,22 +79,22 @@ fn diff_service(steps: &mut Steps, prev: &ServiceRules, next: &ServiceRules) {
     for (name, rules) in &next.chains {
         match prev.chains.get(name) {
             None => {
-                steps.add.push(format!("add chain ip {TABLE} {name}"));
+                steps.add.push(format!("add chain {t} {name}"));
                 fill(steps, name, rules);
             }
             Some(old) if old != rules || rewrite_all => {
-                steps.flush.push(format!("flush chain ip {TABLE} {name}"));
+                steps.flush.push(format!("flush chain {t} {name}"));
                 fill(steps, name, rules);
             }
             Some(_) => {}
         }
     }
     for name in prev.chains.keys().filter(|n| !next.chains.contains_key(*n)) {
-        steps.flush.push(format!("flush chain ip {TABLE} {name}"));
-        steps.delete.push(format!("delete chain ip {TABLE} {name}"));
+        steps.flush.push(format!("flush chain {t} {name}"));
+        steps.delete.push(format!("delete chain {t} {name}"));
     }
     for name in prev.sets.keys().filter(|n| !next.sets.contains_key(*n)) {
-        steps.delete.push(format!("delete set ip {TABLE} {name}"));
+        steps.delete.push(format!("delete set {t} {name}"));
     }
     for ((map, key), verdict) in &next.elements {
         match prev.elements.get(&(*map, key.clone())) {
@@ -100,15 +109,15 @@ fn diff_service(steps: &mut Steps, prev: &ServiceRules, next: &ServiceRules) {
     }
 }
 
-fn elements(out: &mut String, verb: &str, set: &str, items: &[String]) {
+fn elements(out: &mut String, f: &str, verb: &str, set: &str, items: &[String]) {
     if !items.is_empty() {
-        let _ = writeln!(out, "{verb} element ip {TABLE} {set} {{ {} }}", items.join(", "));
+        let _ = writeln!(out, "{verb} element {} {set} {{ {} }}", table(f), items.join(", "));
     }
 }
 
 /// The script taking the kernel from `prev`'s table to `next`'s; empty when they are equal.
 pub fn diff(prev: &Model, next: &Model) -> String {
-    let mut steps = Steps::default();
+    let mut steps = Steps { family: next.family.nft(), ..Default::default() };
     let empty = ServiceRules::default();
     let mut keys: Vec<&String> = prev.services.keys().chain(next.services.keys()).collect();
     keys.sort();
@@ -127,16 +136,16 @@ pub fn diff(prev: &Model, next: &Model) -> String {
         let _ = writeln!(out, "{line}");
     }
     for (map, keys) in &steps.delete_elements {
-        elements(&mut out, "delete", map.name(), keys);
+        elements(&mut out, steps.family, "delete", map.name(), keys);
     }
-    elements(&mut out, "delete", "nodeport-ips", &gone);
+    elements(&mut out, steps.family, "delete", "nodeport-ips", &gone);
     for line in steps.redeclare.iter().chain(&steps.rules) {
         let _ = writeln!(out, "{line}");
     }
     for (map, items) in &steps.add_elements {
-        elements(&mut out, "add", map.name(), items);
+        elements(&mut out, steps.family, "add", map.name(), items);
     }
-    elements(&mut out, "add", "nodeport-ips", &new);
+    elements(&mut out, steps.family, "add", "nodeport-ips", &new);
     for line in &steps.delete {
         let _ = writeln!(out, "{line}");
     }

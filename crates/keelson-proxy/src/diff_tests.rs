@@ -237,9 +237,10 @@ fn plans_are_full_first_after_a_failure_and_when_due_incremental_otherwise() {
     let (w, one) = web(json!({}), &[ep("10.42.1.2")]);
     let (_, two) = web(json!({}), &[ep("10.42.1.2"), ep("10.42.1.3")]);
     let (a, b) = (model(vec![w.clone()], vec![one]), model(vec![w], vec![two]));
+    let (a, b) = ([a], [b]);
     let full = crate::plan(None, &a, false).unwrap();
     assert!(matches!(&full, crate::SyncPlan::Full(s) if s.starts_with("table ip keelson-proxy\ndelete table ip keelson-proxy\ntable ip keelson-proxy {")));
     assert_eq!(crate::plan(Some(&a), &a, false), None, "nothing changed: nothing applied");
-    assert_eq!(crate::plan(Some(&a), &b, false), Some(crate::SyncPlan::Incremental(diff(&a, &b))));
+    assert_eq!(crate::plan(Some(&a), &b, false), Some(crate::SyncPlan::Incremental(diff(&a[0], &b[0]))));
     assert!(matches!(crate::plan(Some(&a), &a, true), Some(crate::SyncPlan::Full(_))), "a due resync rewrites even an unchanged table");
 }

@@ -7,7 +7,7 @@
 //! per port and address.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::render::{targets, NodeInfo};
+use crate::render::{targets, Family, NodeInfo};
 
 /// What one health check node port answers for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,7 +39,8 @@ pub fn desired(services: &[&Service], slices: &[&EndpointSlice], node: &NodeInfo
             continue;
         }
         let Some(port) = spec.health_check_node_port.and_then(|p| u16::try_from(p).ok()) else { continue };
-        let local: BTreeSet<Ipv4Addr> = spec.ports.iter().flatten().flat_map(|p| targets(svc, p, slices, &node.name)).filter(|t| t.local).map(|t| t.ip).collect();
+        let ports = spec.ports.iter().flatten();
+        let local: BTreeSet<IpAddr> = ports.flat_map(|p| Family::ALL.into_iter().flat_map(move |f| targets(svc, p, slices, &node.name, f))).filter(|t| t.local).map(|t| t.ip).collect();
         out.entry(port).or_insert_with(|| HealthCheck {
             namespace: svc.metadata.namespace.clone().unwrap_or_default(),
             name: svc.metadata.name.clone().unwrap_or_default(),
@@ -66,13 +67,13 @@ pub fn response(check: &HealthCheck) -> String {
 /// The listeners of the health check node ports, kept to [`desired`]'s ports; every
 /// listener stops with `shutdown` or when its port is no longer wanted.
 pub struct HealthServers {
-    addresses: Vec<Ipv4Addr>,
+    addresses: Vec<IpAddr>,
     shutdown: CancellationToken,
     by_port: BTreeMap<u16, (watch::Sender<HealthCheck>, CancellationToken)>,
 }
 
 impl HealthServers {
-    pub fn new(addresses: Vec<Ipv4Addr>, shutdown: CancellationToken) -> Self {
+    pub fn new(addresses: Vec<IpAddr>, shutdown: CancellationToken) -> Self {
         Self { addresses, shutdown, by_port: BTreeMap::new() }
     }
 
@@ -92,7 +93,7 @@ impl HealthServers {
             let (tx, rx) = watch::channel(check);
             let stop = self.shutdown.child_token();
             for ip in &self.addresses {
-                let addr = SocketAddr::new((*ip).into(), port);
+                let addr = SocketAddr::new(*ip, port);
                 match TcpListener::bind(addr).await {
                     Ok(l) => {
                         tokio::spawn(serve(l, rx.clone(), stop.clone()));

@@ -4,8 +4,9 @@
 //! changes are coalesced into one sync. The first sync writes the whole table, as does a
 //! resync every [`ProxyConfig::resync`] and the sync after any failed apply; every other
 //! sync applies only [`diff::diff`] of the last applied model and the new one, so its cost
-//! follows what changed, not the table's size. The table (`ip keelson-proxy`) is the only
-//! one it touches, and it is removed when the proxy stops. After a sync, the conntrack
+//! follows what changed, not the table's size. Its tables (`ip keelson-proxy`, and
+//! `ip6 keelson-proxy` on a dual-stack node, both in each transaction) are the only ones it
+//! touches, and they are removed when the proxy stops. After a sync, the conntrack
 //! entries of UDP flows to endpoints the rules no longer allow are flushed.
 
 pub mod diff;
@@ -70,13 +71,31 @@ impl SyncPlan {
 /// What to apply to bring the kernel from `applied` (the model it holds, None when unknown:
 /// the first sync or after a failed one) to `next`: the whole table when the state is
 /// unknown or `resync_due`, else the diff, or nothing when the models are equal.
-pub fn plan(applied: Option<&render::Model>, next: &render::Model, resync_due: bool) -> Option<SyncPlan> {
+pub fn plan(applied: Option<&[render::Model]>, next: &[render::Model], resync_due: bool) -> Option<SyncPlan> {
+    let same_tables = |prev: &[render::Model]| prev.len() == next.len() && prev.iter().zip(next).all(|(a, b)| a.family == b.family);
     match applied {
-        Some(prev) if !resync_due => {
-            let script = diff::diff(prev, next);
+        Some(prev) if !resync_due && same_tables(prev) => {
+            let script: String = prev.iter().zip(next).map(|(a, b)| diff::diff(a, b)).collect();
             (!script.is_empty()).then_some(SyncPlan::Incremental(script))
         }
-        _ => Some(SyncPlan::Full(render::replace_script(&next.table()))),
+        _ => {
+            // A family whose table is no longer kept (the node lost its IPv6 address) has
+            // it removed in the same transaction.
+            let dropped = render::Family::ALL.into_iter().filter(|f| applied.is_some_and(|p| p.iter().any(|m| m.family == *f)) && !next.iter().any(|m| m.family == *f));
+            let script: String = dropped.map(render::delete_script).chain(next.iter().map(|m| render::replace_script(&m.table()))).collect();
+            Some(SyncPlan::Full(script))
+        }
+    }
+}
+
+/// The families a node's proxy keeps a table of: IPv4, and IPv6 as well on a dual-stack
+/// node (one with an IPv6 address or pod CIDR).
+pub fn families(node: &NodeInfo) -> Vec<render::Family> {
+    let dual = node.addresses.iter().any(std::net::IpAddr::is_ipv6) || node.pod_cidrs.iter().any(|c| c.contains(':'));
+    if dual {
+        render::Family::ALL.to_vec()
+    } else {
+        vec![render::Family::Ip]
     }
 }
 
@@ -97,12 +116,13 @@ where
 
 /// Renders what the stores hold now, with the UDP flows the rules allow.
 /// The model, the UDP flows it allows and the health check node ports it serves.
-type Current = (render::Model, BTreeSet<render::UdpFlow>, std::collections::BTreeMap<u16, healthcheck::HealthCheck>);
+type Current = (Vec<render::Model>, BTreeSet<render::UdpFlow>, std::collections::BTreeMap<u16, healthcheck::HealthCheck>);
 
-fn current(cache: &mut render::RenderCache, services: &Store<Service>, slices: &Store<EndpointSlice>, node: &NodeInfo) -> Current {
+/// One render cache per table kept.
+fn current(caches: &mut [render::RenderCache], services: &Store<Service>, slices: &Store<EndpointSlice>, node: &NodeInfo) -> Current {
     let svcs = services.state();
     let sls = slices.state();
-    let model = render::render_cached(cache, &svcs, &sls, node);
+    let model = caches.iter_mut().map(|cache| render::render_cached(cache, &svcs, &sls, node)).collect();
     let svcs: Vec<&Service> = svcs.iter().map(|s| s.as_ref()).collect();
     let sls: Vec<&EndpointSlice> = sls.iter().map(|s| s.as_ref()).collect();
     (model, render::udp_flows(&svcs, &sls, node), healthcheck::desired(&svcs, &sls, node))
@@ -122,8 +142,9 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, shutdown: CancellationT
         _ = ready => {}
     }
     // The model the kernel holds; None when unknown (first sync, after a failed apply).
-    let mut applied: Option<render::Model> = None;
-    let mut cache = render::RenderCache::default();
+    let mut applied: Option<Vec<render::Model>> = None;
+    let families = families(&cfg.node);
+    let mut caches: Vec<render::RenderCache> = families.iter().map(|f| render::RenderCache::of(*f)).collect();
     let mut last_full = Instant::now();
     let mut flows: BTreeSet<render::UdpFlow> = BTreeSet::new();
     let mut conntrack_missing = false;
@@ -145,9 +166,9 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, shutdown: CancellationT
         keelson_tracecontext::continue_trace(&span, None);
         let _enter = span.enter();
         let started = Instant::now();
-        let (model, new_flows, checks) = current(&mut cache, &services, &slices, &cfg.node);
+        let (model, new_flows, checks) = current(&mut caches, &services, &slices, &cfg.node);
         let rendered = started.elapsed();
-        let next = plan(applied.as_ref(), &model, last_full.elapsed() >= cfg.resync);
+        let next = plan(applied.as_deref(), &model, last_full.elapsed() >= cfg.resync);
         drop(_enter);
         health.update(checks).await;
         let Some(sync) = next else {
@@ -184,5 +205,6 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, shutdown: CancellationT
     }
     svc_task.abort();
     slice_task.abort();
-    nft::apply(&render::delete_script()).await.map_err(ProxyError::Cleanup)
+    let script: String = families.into_iter().map(render::delete_script).collect();
+    nft::apply(&script).await.map_err(ProxyError::Cleanup)
 }

@@ -53,9 +53,10 @@ async fn run(mut cmd: tokio::process::Command, script: &str) -> Result<(), NftEr
 
 /// Removes the conntrack entries of UDP flows to `endpoint` through `vip:port` (the
 /// `conntrack` tool; "no entries" is success). Returns whether the tool ran.
-pub async fn flush_udp(vip: std::net::Ipv4Addr, port: u16, endpoint: std::net::Ipv4Addr) -> bool {
+pub async fn flush_udp(vip: std::net::IpAddr, port: u16, endpoint: std::net::IpAddr) -> bool {
+    let family = if vip.is_ipv6() { "ipv6" } else { "ipv4" };
     let status = tokio::process::Command::new("conntrack")
-        .args(["-D", "-p", "udp", "--orig-dst", &vip.to_string(), "--orig-port-dst", &port.to_string(), "--reply-src", &endpoint.to_string()])
+        .args(["-D", "-f", family, "-p", "udp", "--orig-dst", &vip.to_string(), "--orig-port-dst", &port.to_string(), "--reply-src", &endpoint.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()

@@ -21,17 +21,82 @@
 //! whole table (the first sync and every full resync); [`crate::diff::diff`] writes only
 //! what changed between two models (every other sync).
 //!
-//! Only IPv4 is rendered (the `ip` family); the `ip6` table is left for dual-stack work.
+//! Each family is a table of its own, rendered alike ([`Family`]): `ip keelson-proxy` of
+//! the IPv4 ClusterIPs, node addresses and IPv4 EndpointSlices, and on a dual-stack node
+//! `ip6 keelson-proxy` of the IPv6 ones.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 
 pub const TABLE: &str = "keelson-proxy";
+
+/// The nftables family a table is of, and with it the address family it serves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    /// `ip`: IPv4.
+    #[default]
+    Ip,
+    /// `ip6`: IPv6.
+    Ip6,
+}
+
+impl Family {
+    pub const ALL: [Family; 2] = [Family::Ip, Family::Ip6];
+
+    /// The nft family keyword (also the address match: `ip saddr`, `ip6 saddr`).
+    pub fn nft(self) -> &'static str {
+        match self {
+            Family::Ip => "ip",
+            Family::Ip6 => "ip6",
+        }
+    }
+
+    fn addr_type(self) -> &'static str {
+        match self {
+            Family::Ip => "ipv4_addr",
+            Family::Ip6 => "ipv6_addr",
+        }
+    }
+
+    /// The EndpointSlice `addressType` of this family.
+    pub fn address_type(self) -> &'static str {
+        match self {
+            Family::Ip => "IPv4",
+            Family::Ip6 => "IPv6",
+        }
+    }
+
+    pub fn holds(self, ip: &IpAddr) -> bool {
+        ip.is_ipv6() == (self == Family::Ip6)
+    }
+
+    /// Whether a CIDR (as text) is of this family.
+    fn holds_cidr(self, cidr: &str) -> bool {
+        cidr.contains(':') == (self == Family::Ip6)
+    }
+
+    /// `addr:port` as a DNAT target (an IPv6 address in brackets).
+    fn dnat_target(self, ip: &IpAddr, port: i32) -> String {
+        match ip {
+            IpAddr::V6(v6) => format!("[{v6}]:{port}"),
+            IpAddr::V4(v4) => format!("{v4}:{port}"),
+        }
+    }
+
+    /// The family of a table's text, from its first line (`table ip6 …`).
+    fn of_table(text: &str) -> Family {
+        if text.starts_with("table ip6 ") {
+            Family::Ip6
+        } else {
+            Family::Ip
+        }
+    }
+}
 /// The mark asking postrouting to masquerade (kube-proxy's).
 pub const MASQUERADE_MARK: u32 = 0x4000;
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -42,8 +107,9 @@ const DEFAULT_AFFINITY_SECONDS: i32 = 10800;
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeInfo {
     pub name: String,
-    /// The addresses NodePorts are served on.
-    pub addresses: Vec<Ipv4Addr>,
+    /// The addresses NodePorts are served on (an IPv6 one makes the node dual-stack: its
+    /// `ip6` table is rendered too).
+    pub addresses: Vec<IpAddr>,
     /// Sources inside these ranges (the node's pods) are not masqueraded on the way to a
     /// ClusterIP; every other source is, so replies come back through this node.
     pub pod_cidrs: Vec<String>,
@@ -58,7 +124,7 @@ pub const DNS_SERVICE: (&str, &str) = ("kube-system", "kube-dns");
 /// One endpoint of a Service port, as the proxy uses it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Target {
-    pub ip: Ipv4Addr,
+    pub ip: IpAddr,
     pub port: i32,
     pub local: bool,
 }
@@ -88,16 +154,16 @@ fn nft_proto(p: &ServicePort) -> Option<&'static str> {
     }
 }
 
-/// The endpoints of a Service port across its IPv4 slices, usable ones only: the ready
-/// endpoints, or if none is ready the serving terminating ones. Sorted, without
+/// The endpoints of a Service port across its slices of `family`, usable ones only: the
+/// ready endpoints, or if none is ready the serving terminating ones. Sorted, without
 /// duplicates.
-pub fn targets(svc: &Service, port: &ServicePort, slices: &[&EndpointSlice], node: &str) -> Vec<Target> {
+pub fn targets(svc: &Service, port: &ServicePort, slices: &[&EndpointSlice], node: &str, family: Family) -> Vec<Target> {
     let name = svc.metadata.name.as_deref();
     let ns = svc.metadata.namespace.as_deref();
     let port_name = port.name.as_deref().unwrap_or("");
     let mut ready_set = BTreeSet::new();
     let mut fallback = BTreeSet::new();
-    for s in slices.iter().filter(|s| s.address_type == "IPv4" && s.metadata.namespace.as_deref() == ns) {
+    for s in slices.iter().filter(|s| s.address_type == family.address_type() && s.metadata.namespace.as_deref() == ns) {
         if s.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)).map(String::as_str) != name {
             continue;
         }
@@ -105,7 +171,7 @@ pub fn targets(svc: &Service, port: &ServicePort, slices: &[&EndpointSlice], nod
             continue;
         };
         for e in &s.endpoints {
-            let Some(ip) = e.addresses.first().and_then(|a| a.parse::<Ipv4Addr>().ok()) else { continue };
+            let Some(ip) = e.addresses.first().and_then(|a| a.parse::<IpAddr>().ok()).filter(|ip| family.holds(ip)) else { continue };
             let t = Target { ip, port: number, local: e.node_name.as_deref() == Some(node) };
             if ready(e) {
                 ready_set.insert(t);
@@ -156,10 +222,10 @@ impl Map {
         }
     }
 
-    fn key_type(self) -> &'static str {
+    fn key_type(self, family: Family) -> String {
         match self {
-            Map::ServiceIps | Map::NoEndpointServices => "ipv4_addr . inet_proto . inet_service",
-            Map::ServiceNodeports | Map::NoEndpointNodeports => "inet_proto . inet_service",
+            Map::ServiceIps | Map::NoEndpointServices => format!("{} . inet_proto . inet_service", family.addr_type()),
+            Map::ServiceNodeports | Map::NoEndpointNodeports => "inet_proto . inet_service".into(),
         }
     }
 }
@@ -180,27 +246,29 @@ pub struct ServiceRules {
 /// The rendered table as data: what a full sync writes and what a diff compares.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Model {
-    /// The node's addresses (elements of `nodeport-ips`).
-    pub node_ips: BTreeSet<Ipv4Addr>,
+    /// The table's family.
+    pub family: Family,
+    /// The node's addresses of that family (elements of `nodeport-ips`).
+    pub node_ips: BTreeSet<IpAddr>,
     /// `<namespace>/<name>` → that Service's rules (shared with the [`RenderCache`] and
     /// the previous model while the Service is unchanged).
     pub services: BTreeMap<String, Arc<ServiceRules>>,
 }
 
 /// The chain that spreads over `targets` (after ClientIP affinity), or None without targets.
-fn balance(r: &mut ServiceRules, name: &str, prefix: &str, targets: &[Target], affinity: Option<i32>, masquerade_unless: Option<&[String]>) {
+fn balance(r: &mut ServiceRules, f: Family, name: &str, prefix: &str, targets: &[Target], affinity: Option<i32>, masquerade_unless: Option<&[String]>) {
     let mut body = Vec::new();
     if let Some(cidrs) = masquerade_unless {
         if cidrs.is_empty() {
             body.push("jump mark-for-masquerade".to_string());
         } else {
-            body.push(format!("ip saddr != {{ {} }} jump mark-for-masquerade", cidrs.join(", ")));
+            body.push(format!("{} saddr != {{ {} }} jump mark-for-masquerade", f.nft(), cidrs.join(", ")));
         }
     }
-    let eps: Vec<String> = targets.iter().map(|t| format!("ep-{prefix}/{}/{}", t.ip, t.port)).collect();
+    let eps: Vec<String> = targets.iter().map(|t| ep_chain(prefix, t)).collect();
     if affinity.is_some() {
         for ep in &eps {
-            body.push(format!("ip saddr @{} goto {ep}", affinity_set(ep)));
+            body.push(format!("{} saddr @{} goto {ep}", f.nft(), affinity_set(ep)));
         }
     }
     if eps.len() == 1 {
@@ -212,17 +280,23 @@ fn balance(r: &mut ServiceRules, name: &str, prefix: &str, targets: &[Target], a
     r.chains.insert(name.to_string(), body);
 }
 
-fn endpoint_chain(r: &mut ServiceRules, ep: &str, t: &Target, affinity: Option<i32>, l4: &str) {
+/// The name of an endpoint's chain: `ep-<prefix>/<ip>/<port>`, an IPv6 address with its
+/// colons as dashes (nft names hold no colon).
+fn ep_chain(prefix: &str, t: &Target) -> String {
+    format!("ep-{prefix}/{}/{}", t.ip.to_string().replace(':', "-"), t.port)
+}
+
+fn endpoint_chain(r: &mut ServiceRules, f: Family, ep: &str, t: &Target, affinity: Option<i32>, l4: &str) {
     if r.chains.contains_key(ep) {
         return;
     }
-    let mut body = vec![format!("ip saddr {} jump mark-for-masquerade", t.ip)];
+    let mut body = vec![format!("{} saddr {} jump mark-for-masquerade", f.nft(), t.ip)];
     if let Some(timeout) = affinity {
         let set = affinity_set(ep);
-        r.sets.insert(set.clone(), vec!["type ipv4_addr".into(), "flags dynamic,timeout".into(), format!("timeout {timeout}s")]);
-        body.push(format!("update @{set} {{ ip saddr }}"));
+        r.sets.insert(set.clone(), vec![format!("type {}", f.addr_type()), "flags dynamic,timeout".into(), format!("timeout {timeout}s")]);
+        body.push(format!("update @{set} {{ {} saddr }}", f.nft()));
     }
-    body.push(format!("meta l4proto {l4} dnat to {}:{}", t.ip, t.port));
+    body.push(format!("meta l4proto {l4} dnat to {}", f.dnat_target(&t.ip, t.port)));
     r.chains.insert(ep.to_string(), body);
 }
 
@@ -230,7 +304,7 @@ fn element(r: &mut ServiceRules, map: Map, key: String, verdict: String) {
     r.elements.entry((map, key)).or_insert(verdict);
 }
 
-fn render_port(r: &mut ServiceRules, svc: &Service, port: &ServicePort, slices: &[&EndpointSlice], node: &NodeInfo) {
+fn render_port(r: &mut ServiceRules, f: Family, svc: &Service, port: &ServicePort, slices: &[&EndpointSlice], node: &NodeInfo) {
     let Some(spec) = svc.spec.as_ref() else { return };
     let Some(l4) = nft_proto(port) else { return };
     let ns = svc.metadata.namespace.as_deref().unwrap_or("default");
@@ -242,21 +316,23 @@ fn render_port(r: &mut ServiceRules, svc: &Service, port: &ServicePort, slices: 
         spec.session_affinity_config.as_ref().and_then(|c| c.client_ip.as_ref()).and_then(|c| c.timeout_seconds).unwrap_or(DEFAULT_AFFINITY_SECONDS)
     });
     let all = match node.dns {
-        Some(ip) if (ns, name) == DNS_SERVICE => vec![Target { ip, port: 53, local: true }],
-        _ => targets(svc, port, slices, &node.name),
+        Some(ip) if (ns, name) == DNS_SERVICE && f == Family::Ip => vec![Target { ip: ip.into(), port: 53, local: true }],
+        _ => targets(svc, port, slices, &node.name, f),
     };
     let internal_local = spec.internal_traffic_policy.as_deref() == Some("Local");
     let external_local = spec.external_traffic_policy.as_deref() == Some("Local");
     let internal: Vec<Target> = if internal_local { all.iter().filter(|t| t.local).cloned().collect() } else { all.clone() };
     let external: Vec<Target> = if external_local { all.iter().filter(|t| t.local).cloned().collect() } else { all.clone() };
 
-    let mut cluster_ips: Vec<Ipv4Addr> = spec.cluster_ips.iter().flatten().chain(spec.cluster_ip.iter()).filter_map(|ip| ip.parse().ok()).collect();
+    let pod_cidrs: Vec<String> = node.pod_cidrs.iter().filter(|c| f.holds_cidr(c)).cloned().collect();
+    let of_family = |ip: &String| ip.parse::<IpAddr>().ok().filter(|ip| f.holds(ip));
+    let mut cluster_ips: Vec<IpAddr> = spec.cluster_ips.iter().flatten().chain(spec.cluster_ip.iter()).filter_map(of_family).collect();
     cluster_ips.sort();
     cluster_ips.dedup();
-    let mut external_ips: Vec<Ipv4Addr> = spec.external_ips.iter().flatten().filter_map(|ip| ip.parse().ok()).collect();
+    let mut external_ips: Vec<IpAddr> = spec.external_ips.iter().flatten().filter_map(of_family).collect();
     if spec.type_.as_deref() == Some("LoadBalancer") {
         let ingress = svc.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|l| l.ingress.as_ref());
-        external_ips.extend(ingress.iter().flat_map(|i| i.iter()).filter_map(|i| i.ip.as_deref()?.parse::<Ipv4Addr>().ok()));
+        external_ips.extend(ingress.iter().flat_map(|i| i.iter()).filter_map(|i| i.ip.as_ref().and_then(of_family)));
     }
     external_ips.sort();
     external_ips.dedup();
@@ -265,13 +341,13 @@ fn render_port(r: &mut ServiceRules, svc: &Service, port: &ServicePort, slices: 
 
     // Without usable endpoints anywhere: reject; with a Local policy and none here: drop.
     let verdict = |t: &[Target]| if all.is_empty() { Some("goto reject-chain") } else if t.is_empty() { Some("drop") } else { None };
-    let ip_key = |ip: &Ipv4Addr| format!("{ip} . {l4} . {}", port.port);
+    let ip_key = |ip: &IpAddr| format!("{ip} . {l4} . {}", port.port);
     if let Some(v) = verdict(&internal) {
         for ip in &cluster_ips {
             element(r, Map::NoEndpointServices, ip_key(ip), v.to_string());
         }
     } else {
-        balance(r, &svc_chain, &prefix, &internal, affinity, Some(&node.pod_cidrs));
+        balance(r, f, &svc_chain, &prefix, &internal, affinity, Some(&pod_cidrs));
         for ip in &cluster_ips {
             element(r, Map::ServiceIps, ip_key(ip), format!("goto {svc_chain}"));
         }
@@ -283,7 +359,7 @@ fn render_port(r: &mut ServiceRules, svc: &Service, port: &ServicePort, slices: 
     if short_circuit {
         let cluster_chain = if internal_local {
             let chain = format!("cluster-{prefix}");
-            balance(r, &chain, &prefix, &all, affinity, Some(&node.pod_cidrs));
+            balance(r, f, &chain, &prefix, &all, affinity, Some(&pod_cidrs));
             chain
         } else {
             svc_chain.clone()
@@ -291,11 +367,11 @@ fn render_port(r: &mut ServiceRules, svc: &Service, port: &ServicePort, slices: 
         if external.is_empty() {
             r.chains.insert(ext_chain.clone(), vec!["drop".to_string()]);
         } else {
-            balance(r, &ext_chain, &prefix, &external, affinity, None);
+            balance(r, f, &ext_chain, &prefix, &external, affinity, None);
         }
         let mut first = Vec::new();
-        if !node.pod_cidrs.is_empty() {
-            first.push(format!("ip saddr {{ {} }} goto {cluster_chain}", node.pod_cidrs.join(", ")));
+        if !pod_cidrs.is_empty() {
+            first.push(format!("{} saddr {{ {} }} goto {cluster_chain}", f.nft(), pod_cidrs.join(", ")));
         }
         first.push("fib saddr type local jump mark-for-masquerade".to_string());
         first.push(format!("fib saddr type local goto {cluster_chain}"));
@@ -318,7 +394,7 @@ fn render_port(r: &mut ServiceRules, svc: &Service, port: &ServicePort, slices: 
             let ext_targets = if external_local { &external } else { &all };
             // Cluster policy: everything external is masqueraded (the source is lost, the
             // reply comes back here). Local: the source is kept, only local endpoints.
-            balance(r, &ext_chain, &prefix, ext_targets, affinity, if external_local { None } else { Some(&[]) });
+            balance(r, f, &ext_chain, &prefix, ext_targets, affinity, if external_local { None } else { Some(&[]) });
             for ip in &external_ips {
                 element(r, Map::ServiceIps, ip_key(ip), format!("goto {ext_chain}"));
             }
@@ -337,12 +413,12 @@ fn render_port(r: &mut ServiceRules, svc: &Service, port: &ServicePort, slices: 
         used.extend(if external_local { external.iter() } else { all.iter() });
     }
     for t in used {
-        endpoint_chain(r, &format!("ep-{prefix}/{}/{}", t.ip, t.port), t, affinity, l4);
+        endpoint_chain(r, f, &ep_chain(&prefix, t), t, affinity, l4);
     }
 }
 
 /// A UDP flow a Service port may have sent to an endpoint: (virtual IP, port, endpoint IP).
-pub type UdpFlow = (Ipv4Addr, u16, Ipv4Addr);
+pub type UdpFlow = (IpAddr, u16, IpAddr);
 
 /// The UDP flows the rules allow: every ClusterIP, external and ingress IP of a UDP
 /// Service port paired with each endpoint it may reach. Those that disappear between two
@@ -352,13 +428,15 @@ pub fn udp_flows(services: &[&Service], slices: &[&EndpointSlice], node: &NodeIn
     let mut out = BTreeSet::new();
     for svc in services.iter().copied().filter(|s| proxied(s)) {
         let Some(spec) = svc.spec.as_ref() else { continue };
-        let mut ips: Vec<Ipv4Addr> = spec.cluster_ips.iter().flatten().chain(spec.cluster_ip.iter()).chain(spec.external_ips.iter().flatten()).filter_map(|ip| ip.parse().ok()).collect();
+        let mut ips: Vec<IpAddr> = spec.cluster_ips.iter().flatten().chain(spec.cluster_ip.iter()).chain(spec.external_ips.iter().flatten()).filter_map(|ip| ip.parse().ok()).collect();
         let ingress = svc.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|l| l.ingress.as_ref());
-        ips.extend(ingress.iter().flat_map(|i| i.iter()).filter_map(|i| i.ip.as_deref()?.parse::<Ipv4Addr>().ok()));
+        ips.extend(ingress.iter().flat_map(|i| i.iter()).filter_map(|i| i.ip.as_deref()?.parse::<IpAddr>().ok()));
         for port in spec.ports.iter().flatten().filter(|p| proto(p) == "UDP") {
             let Ok(number) = u16::try_from(port.port) else { continue };
-            for t in targets(svc, port, slices, &node.name) {
-                out.extend(ips.iter().map(|ip| (*ip, number, t.ip)));
+            for f in Family::ALL {
+                for t in targets(svc, port, slices, &node.name, f) {
+                    out.extend(ips.iter().filter(|ip| f.holds(ip)).map(|ip| (*ip, number, t.ip)));
+                }
             }
         }
     }
@@ -375,13 +453,18 @@ pub fn proxied(svc: &Service) -> bool {
 /// The node's rules. Deterministic: the same input renders the same model whatever the
 /// order of services and slices, so an unchanged ruleset need not be applied again.
 pub fn render(services: &[&Service], slices: &[&EndpointSlice], node: &NodeInfo) -> Model {
+    render_family(services, slices, node, Family::Ip)
+}
+
+/// [`render`] of the table of `family`.
+pub fn render_family(services: &[&Service], slices: &[&EndpointSlice], node: &NodeInfo, family: Family) -> Model {
     let by_key = proxied_by_key(services.iter().copied());
     let slices_of = slices_by_service(slices.iter().copied());
     let rendered = by_key.iter().map(|((ns, name), svc)| {
         let slices = slices_of.get(&(ns.as_str(), name.as_str())).map(Vec::as_slice).unwrap_or(&[]);
-        (format!("{ns}/{name}"), Arc::new(render_service(svc, slices, node)))
+        (format!("{ns}/{name}"), Arc::new(render_service(svc, slices, node, family)))
     });
-    assemble(node, rendered.collect())
+    assemble(node, family, rendered.collect())
 }
 
 /// Per-Service rules kept from one sync to the next, reused while a Service and its
@@ -389,8 +472,17 @@ pub fn render(services: &[&Service], slices: &[&EndpointSlice], node: &NodeInfo)
 /// the object changes, so a sync renders only the Services that changed.
 #[derive(Debug, Default)]
 pub struct RenderCache {
+    /// The family this cache renders (IPv4 by default; see [`RenderCache::of`]).
+    family: Family,
     node: Option<NodeInfo>,
     entries: HashMap<String, CacheEntry>,
+}
+
+impl RenderCache {
+    /// A cache rendering the table of `family`.
+    pub fn of(family: Family) -> Self {
+        RenderCache { family, ..Default::default() }
+    }
 }
 
 #[derive(Debug)]
@@ -424,14 +516,14 @@ pub fn render_cached(cache: &mut RenderCache, services: &[Arc<Service>], slices:
             Some(e) if Arc::ptr_eq(&e.service, svc) && e.slices.len() == mine.len() && e.slices.iter().zip(&mine).all(|(a, b)| Arc::ptr_eq(a, b)) => e,
             _ => {
                 let refs: Vec<&EndpointSlice> = mine.iter().map(|s| s.as_ref()).collect();
-                CacheEntry { service: Arc::clone(svc), rules: Arc::new(render_service(svc, &refs, node)), slices: mine }
+                CacheEntry { service: Arc::clone(svc), rules: Arc::new(render_service(svc, &refs, node, cache.family)), slices: mine }
             }
         };
         rendered.push((key.clone(), Arc::clone(&entry.rules)));
         entries.insert(key, entry);
     }
     cache.entries = entries;
-    assemble(node, rendered)
+    assemble(node, cache.family, rendered)
 }
 
 /// The proxied Services by (namespace, name).
@@ -456,7 +548,7 @@ fn slices_by_service<'a>(slices: impl Iterator<Item = &'a EndpointSlice>) -> BTr
 
 /// The model of Services rendered one by one, in key order. Two Services may claim one
 /// key (the same externalIP and port): the first keeps it.
-fn assemble(node: &NodeInfo, mut rendered: Vec<(String, Arc<ServiceRules>)>) -> Model {
+fn assemble(node: &NodeInfo, family: Family, mut rendered: Vec<(String, Arc<ServiceRules>)>) -> Model {
     let mut lost: Vec<(usize, Vec<(Map, String)>)> = Vec::new();
     {
         let mut claimed: HashSet<&(Map, String)> = HashSet::new();
@@ -473,16 +565,16 @@ fn assemble(node: &NodeInfo, mut rendered: Vec<(String, Arc<ServiceRules>)>) -> 
             elements.remove(&k);
         }
     }
-    Model { node_ips: node.addresses.iter().copied().collect(), services: rendered.into_iter().collect() }
+    Model { family, node_ips: node.addresses.iter().copied().filter(|ip| family.holds(ip)).collect(), services: rendered.into_iter().collect() }
 }
 
 /// One Service's rules (its slices already picked out).
-pub fn render_service(svc: &Service, slices: &[&EndpointSlice], node: &NodeInfo) -> ServiceRules {
+pub fn render_service(svc: &Service, slices: &[&EndpointSlice], node: &NodeInfo, family: Family) -> ServiceRules {
     let mut r = ServiceRules::default();
     let mut ports = svc.spec.as_ref().and_then(|s| s.ports.clone()).unwrap_or_default();
     ports.sort_by_key(|p| (p.port, proto(p).to_string()));
     for port in &ports {
-        render_port(&mut r, svc, port, slices, node);
+        render_port(&mut r, family, svc, port, slices, node);
     }
     r
 }
@@ -506,14 +598,15 @@ impl Model {
     /// The whole table, as `nft -f` reads it (the body of a full sync).
     pub fn table(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "table ip {TABLE} {{");
+        let f = self.family;
+        let _ = writeln!(out, "table {} {TABLE} {{", f.nft());
         for map in Map::ALL {
-            let _ = writeln!(out, "\tmap {} {{\n\t\ttype {} : verdict", map.name(), map.key_type());
+            let _ = writeln!(out, "\tmap {} {{\n\t\ttype {} : verdict", map.name(), map.key_type(f));
             let elements = self.services.values().flat_map(|s| s.elements.iter()).filter(|((m, _), _)| *m == map);
             set_elements(&mut out, elements.map(|((_, k), v)| format!("{k} : {v}")));
             out.push_str("\t}\n");
         }
-        out.push_str("\tset nodeport-ips {\n\t\ttype ipv4_addr\n");
+        let _ = writeln!(out, "\tset nodeport-ips {{\n\t\ttype {}", f.addr_type());
         set_elements(&mut out, self.node_ips.iter().map(|a| a.to_string()));
         out.push_str("\t}\n");
         for (name, decl) in self.services.values().flat_map(|s| s.sets.iter()) {
@@ -523,7 +616,10 @@ impl Model {
             }
             out.push_str("\t}\n");
         }
-        out.push_str(BASE_CHAINS);
+        match f {
+            Family::Ip => out.push_str(BASE_CHAINS),
+            Family::Ip6 => out.push_str(&BASE_CHAINS.replace("ip daddr", "ip6 daddr")),
+        }
         for (name, rules) in self.services.values().flat_map(|s| s.chains.iter()) {
             let _ = writeln!(out, "\tchain {name} {{");
             for rule in rules {
@@ -538,14 +634,16 @@ impl Model {
 
 /// The `nft -f` script replacing the table in one transaction: the table is declared (so
 /// the delete cannot fail on a first run), deleted and written anew. No other table is
-/// named.
+/// named; the family is the one the table's text declares.
 pub fn replace_script(table: &str) -> String {
-    format!("table ip {TABLE}\ndelete table ip {TABLE}\n{table}")
+    format!("{}{table}", delete_script(Family::of_table(table)))
 }
 
-/// The script removing the table (when the proxy stops).
-pub fn delete_script() -> String {
-    format!("table ip {TABLE}\ndelete table ip {TABLE}\n")
+/// The script removing the table of `family` (when the proxy stops, or a node's IPv6
+/// table when it is no longer dual-stack).
+pub fn delete_script(family: Family) -> String {
+    let f = family.nft();
+    format!("table {f} {TABLE}\ndelete table {f} {TABLE}\n")
 }
 
 #[cfg(test)]

@@ -232,3 +232,54 @@ fn the_cache_renders_only_changed_services_and_gives_what_render_gives() {
     other.pod_cidrs = vec!["10.42.2.0/24".into()];
     assert_eq!(render_cached(&mut cache, &services, &slices, &other), plain(&services, &slices, &other));
 }
+
+#[test]
+fn a_dual_stack_service_renders_each_family_in_its_own_table() {
+    let node = NodeInfo {
+        name: "n1".into(),
+        addresses: vec!["192.168.5.2".parse().unwrap(), "fd05::2".parse().unwrap()],
+        pod_cidrs: vec!["10.42.1.0/24".into(), "fd42:0:0:1::/64".into()],
+        dns: None,
+    };
+    let web = svc("web", json!({"type": "NodePort", "clusterIPs": ["10.43.0.5", "fd43::5"], "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP", "nodePort": 30080}],
+        "sessionAffinity": "ClientIP"}));
+    let v4 = slice("web", &[("10.42.1.2", "n1", true, true, false)]);
+    let mut v6 = slice("web", &[("fd42:0:0:1::2", "n1", true, true, false), ("fd42:0:0:2::3", "n2", true, true, false)]);
+    v6.address_type = "IPv6".into();
+    v6.metadata.name = Some("web-v6-0".into());
+    let four = render_family(&[&web], &[&v4, &v6], &node, Family::Ip).table();
+    let six = render_family(&[&web], &[&v4, &v6], &node, Family::Ip6).table();
+    assert!(four.starts_with("table ip keelson-proxy {") && !four.contains("fd4"), "no IPv6 in the ip table:\n{four}");
+    assert!(six.starts_with("table ip6 keelson-proxy {") && !six.contains("10.4") && !six.contains("192.168"), "no IPv4 in the ip6 table:\n{six}");
+    assert!(six.contains("type ipv6_addr . inet_proto . inet_service : verdict"));
+    assert_eq!(map_line(&six, "service-ips").trim(), "elements = { fd43::5 . tcp . 80 : goto svc-d/web/tcp/80 }");
+    assert!(chain(&six, "services").contains("ip6 daddr . meta l4proto . th dport vmap @service-ips"));
+    assert!(six.contains("\tset nodeport-ips {\n\t\ttype ipv6_addr\n\t\telements = { fd05::2 }"), "{six}");
+    let svc_chain = chain(&six, "svc-d/web/tcp/80");
+    assert!(svc_chain.contains("ip6 saddr != { fd42:0:0:1::/64 } jump mark-for-masquerade"), "{svc_chain}");
+    assert!(svc_chain.contains("ip6 saddr @affinity-d/web/tcp/80/fd42-0-0-1--2/8080 goto ep-d/web/tcp/80/fd42-0-0-1--2/8080"), "{svc_chain}");
+    let ep = chain(&six, "ep-d/web/tcp/80/fd42-0-0-2--3/8080");
+    assert!(ep.contains("ip6 saddr fd42:0:0:2::3 jump mark-for-masquerade") && ep.contains("update @affinity-d/web/tcp/80/fd42-0-0-2--3/8080 { ip6 saddr }"), "{ep}");
+    assert!(ep.contains("meta l4proto tcp dnat to [fd42:0:0:2::3]:8080"), "{ep}");
+    assert!(six.contains("type ipv6_addr\n\t\tflags dynamic,timeout"), "affinity sets hold IPv6 sources");
+    assert!(chain(&four, "svc-d/web/tcp/80").contains("goto ep-d/web/tcp/80/10.42.1.2/8080"), "the IPv4 table has the IPv4 endpoint");
+
+    // A node with IPv6 keeps both tables; a first plan writes both; losing IPv6 removes
+    // the ip6 table in the same transaction.
+    assert_eq!(crate::families(&node), Family::ALL);
+    assert_eq!(crate::families(&super::tests::node()), [Family::Ip]);
+    let both: Vec<Model> = Family::ALL.iter().map(|f| render_family(&[&web], &[&v4, &v6], &node, *f)).collect();
+    let first = crate::plan(None, &both, false).unwrap();
+    assert!(first.script().contains("table ip keelson-proxy {") && first.script().contains("table ip6 keelson-proxy {"));
+    let only_v4 = [render(&[&web], &[&v4], &super::tests::node())];
+    let dropped = crate::plan(Some(&both), &only_v4, false).unwrap();
+    assert!(matches!(dropped, crate::SyncPlan::Full(_)) && dropped.script().starts_with("table ip6 keelson-proxy\ndelete table ip6 keelson-proxy\n"), "{}", dropped.script());
+    // UDP flows of both families are known (for their conntrack flushes).
+    let dns = svc("dns", json!({"clusterIPs": ["10.43.0.5", "fd43::5"], "ports": [{"name": "http", "port": 53, "targetPort": 8080, "protocol": "UDP"}]}));
+    let mut udp6 = v6.clone();
+    udp6.metadata.labels = Some([(SERVICE_NAME_LABEL.to_string(), "dns".to_string())].into());
+    udp6.ports.as_mut().unwrap()[0].protocol = Some("UDP".into());
+    let flows = udp_flows(&[&dns], &[&udp6], &node);
+    assert!(flows.contains(&("fd43::5".parse().unwrap(), 53, "fd42:0:0:1::2".parse().unwrap())), "{flows:?}");
+    assert!(flows.iter().all(|(vip, _, ep)| vip.is_ipv6() == ep.is_ipv6()), "never a flow across families: {flows:?}");
+}

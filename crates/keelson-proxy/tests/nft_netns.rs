@@ -2,7 +2,8 @@
 //! bridge and two "pods" running busybox httpd, and an outside client. Checks that a
 //! ClusterIP spreads over both pods (also from a pod to its own Service: hairpin), that an
 //! unready endpoint gets nothing, that a Service without endpoints is refused at once, and
-//! that a NodePort answers from outside through masquerade. Needs root, `nft`, `ip`,
+//! that a NodePort answers from outside through masquerade; and the same over IPv6 through
+//! the `ip6` table of a dual-stack node. Needs root, `nft`, `ip`,
 //! `curl` and `busybox`; skipped loudly otherwise (failed with KEELSON_REQUIRE_NODE_TESTS).
 
 use std::collections::BTreeSet;
@@ -13,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use keelson_proxy::diff::diff;
-use keelson_proxy::render::{render, replace_script, Model, NodeInfo};
+use keelson_proxy::render::{render, render_family, replace_script, Family, Model, NodeInfo};
 use serde_json::json;
 
 mod netns_support;
@@ -45,6 +46,10 @@ impl Net {
         net.exec("n", "ip link set br0 up")?;
         net.exec("n", "sysctl -qw net.ipv4.ip_forward=1")?;
         net.exec("n", "ip route add 10.43.0.0/16 dev br0")?;
+        // Dual stack: the same pods and node on IPv6 as well.
+        net.exec("n", "ip addr add fd42:0:0:1::1/64 dev br0 nodad")?;
+        net.exec("n", "sysctl -qw net.ipv6.conf.all.forwarding=1")?;
+        net.exec("n", "ip -6 route add fd43::/112 dev br0")?;
         for (pod, ip) in [("a", "10.42.1.2"), ("b", "10.42.1.3")] {
             let ns = net.ns(pod);
             net.exec("n", &format!("ip link add v{pod} type veth peer name eth0 netns {ns}"))?;
@@ -55,6 +60,9 @@ impl Net {
             net.exec(pod, &format!("ip addr add {ip}/24 dev eth0"))?;
             net.exec(pod, "ip link set eth0 up")?;
             net.exec(pod, "ip route add default via 10.42.1.1")?;
+            let v6 = if pod == "a" { "fd42:0:0:1::2" } else { "fd42:0:0:1::3" };
+            net.exec(pod, &format!("ip addr add {v6}/64 dev eth0 nodad"))?;
+            net.exec(pod, "ip -6 route add default via fd42:0:0:1::1")?;
             let dir = std::env::temp_dir().join(format!("kp-www-{}-{pod}", net.tag));
             std::fs::create_dir_all(&dir)?;
             std::fs::write(dir.join("index.html"), format!("pod-{pod}\n"))?;
@@ -68,11 +76,25 @@ impl Net {
         net.exec("n", "ip link set ext0 up")?;
         net.exec("c", "ip addr add 192.168.77.1/24 dev eth0")?;
         net.exec("c", "ip link set eth0 up")?;
+        net.exec("n", "ip addr add fd77::2/64 dev ext0 nodad")?;
+        net.exec("c", "ip addr add fd77::1/64 dev eth0 nodad")?;
         Ok(net)
     }
 
     fn apply(&self, script: &str) -> Result<()> {
         nft_in(&self.ns("n"), script)
+    }
+
+    /// Waits (≤ 10 s) until both pods' httpd answer the node at `urls`; their names.
+    fn pods_answer(&self, urls: &[&str]) -> Result<BTreeSet<String>> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while urls.iter().any(|u| self.get("n", u).is_err()) {
+            if Instant::now() > deadline {
+                bail!("the pods' httpd never answered at {urls:?}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(["pod-a".to_string(), "pod-b".to_string()].into())
     }
 
     /// What `curl` from namespace `from` gets from `url`: the body, or the error.
@@ -107,8 +129,9 @@ fn service(name: &str, ip: &str, node_port: Option<i32>) -> Service {
 
 fn slice(name: &str, eps: &[(&str, bool)]) -> EndpointSlice {
     let endpoints: Vec<_> = eps.iter().map(|(ip, ready)| json!({"addresses": [ip], "nodeName": "n1", "conditions": {"ready": ready, "serving": ready, "terminating": false}})).collect();
-    serde_json::from_value(json!({"metadata": {"name": format!("{name}-0"), "namespace": "d", "labels": {"kubernetes.io/service-name": name}},
-        "addressType": "IPv4", "endpoints": endpoints, "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]})).unwrap()
+    let (suffix, address_type) = if eps.first().is_some_and(|(ip, _)| ip.contains(':')) { ("v6-0", "IPv6") } else { ("0", "IPv4") };
+    serde_json::from_value(json!({"metadata": {"name": format!("{name}-{suffix}"), "namespace": "d", "labels": {"kubernetes.io/service-name": name}},
+        "addressType": address_type, "endpoints": endpoints, "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]})).unwrap()
 }
 
 fn backends(net: &Net, from: &str, url: &str, tries: usize) -> BTreeSet<String> {
@@ -130,15 +153,7 @@ fn the_ruleset_routes_services_in_a_network_namespace() -> Result<()> {
     let started = Instant::now();
     net.apply(&replace_script(&text))?;
     eprintln!("applied {} bytes in {:?}", text.len(), started.elapsed());
-    // Wait for the httpd servers.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while net.get("n", "http://10.42.1.2:8080/").is_err() || net.get("n", "http://10.42.1.3:8080/").is_err() {
-        if Instant::now() > deadline {
-            bail!("the pods' httpd never answered");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let want: BTreeSet<String> = ["pod-a".to_string(), "pod-b".to_string()].into();
+    let want = net.pods_answer(&["http://10.42.1.2:8080/", "http://10.42.1.3:8080/"])?;
     assert_eq!(backends(&net, "n", "http://10.43.0.5/", 30), want, "from the node, through the ClusterIP");
     assert_eq!(backends(&net, "a", "http://10.43.0.5/", 30), want, "from a pod, to itself too (hairpin)");
     assert_eq!(backends(&net, "c", "http://192.168.77.2:30080/", 30), want, "from outside, through the NodePort");
@@ -161,6 +176,49 @@ fn the_ruleset_routes_services_in_a_network_namespace() -> Result<()> {
     // Nothing outside the proxy's table was made.
     let tables = net.exec("n", "nft list tables")?;
     assert_eq!(tables.trim(), "table ip keelson-proxy");
+    Ok(())
+}
+
+/// A dual-stack node keeps an `ip6` table beside the `ip` one, in the same transaction:
+/// an IPv6 ClusterIP spreads over the pods' IPv6 addresses (from the node and from a pod),
+/// the NodePort answers on the node's IPv6 address from outside, and an unready IPv6
+/// endpoint leaves after an incremental sync of that table alone.
+#[test]
+fn a_dual_stack_node_routes_ipv6_services_through_its_ip6_table() -> Result<()> {
+    if skipped("a_dual_stack_node_routes_ipv6_services_through_its_ip6_table", &["nft", "ip", "curl", "busybox"]) {
+        return Ok(());
+    }
+    let net = Net::setup()?;
+    let node = NodeInfo {
+        name: "n1".into(),
+        addresses: vec!["192.168.77.2".parse()?, "fd77::2".parse()?],
+        pod_cidrs: vec!["10.42.1.0/24".into(), "fd42:0:0:1::/64".into()],
+        dns: None,
+    };
+    assert_eq!(keelson_proxy::families(&node), Family::ALL, "a dual-stack node keeps both tables");
+    let mut web = service("web", "10.43.0.5", Some(30080));
+    web.spec.as_mut().unwrap().cluster_ips = Some(vec!["10.43.0.5".into(), "fd43::5".into()]);
+    let v4 = slice("web", &[("10.42.1.2", true), ("10.42.1.3", true)]);
+    let v6 = slice("web", &[("fd42:0:0:1::2", true), ("fd42:0:0:1::3", true)]);
+    let models: Vec<Model> = Family::ALL.iter().map(|f| render_family(&[&web], &[&v4, &v6], &node, *f)).collect();
+    let full = keelson_proxy::plan(None, &models, false).context("a first plan")?;
+    net.apply(full.script())?;
+    let want = net.pods_answer(&["-g http://[fd42:0:0:1::2]:8080/", "-g http://[fd42:0:0:1::3]:8080/"])?;
+    assert_eq!(backends(&net, "n", "-g http://[fd43::5]/", 30), want, "from the node, through the IPv6 ClusterIP");
+    assert_eq!(backends(&net, "a", "-g http://[fd43::5]/", 30), want, "from a pod");
+    assert_eq!(backends(&net, "c", "-g http://[fd77::2]:30080/", 30), want, "from outside, through the NodePort on the node's IPv6 address");
+    assert_eq!(backends(&net, "n", "http://10.43.0.5/", 20), want, "the IPv4 ClusterIP still serves");
+
+    let one = slice("web", &[("fd42:0:0:1::2", true), ("fd42:0:0:1::3", false)]);
+    let next: Vec<Model> = Family::ALL.iter().map(|f| render_family(&[&web], &[&v4, &one], &node, *f)).collect();
+    let step = keelson_proxy::plan(Some(&models), &next, false).context("a change")?;
+    assert!(matches!(step, keelson_proxy::SyncPlan::Incremental(_)) && !step.script().contains(" ip keelson-proxy "), "only the ip6 table changes: {}", step.script());
+    net.apply(step.script())?;
+    let only_a: BTreeSet<String> = ["pod-a".to_string()].into();
+    assert_eq!(backends(&net, "n", "-g http://[fd43::5]/", 20), only_a);
+    assert_eq!(backends(&net, "n", "http://10.43.0.5/", 20), want, "the IPv4 endpoints are untouched");
+    let tables = net.exec("n", "nft list tables")?;
+    assert_eq!(tables.trim(), "table ip keelson-proxy\ntable ip6 keelson-proxy");
     Ok(())
 }
 

@@ -166,7 +166,7 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
 fn spawn_services(client: &kube::Client, cfg: &AgentConfig, pod_cidr: Option<&str>, metrics: &crate::metrics::AgentMetrics, shutdown: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
     let node = keelson_proxy::NodeInfo {
         name: cfg.node_name.clone(),
-        addresses: vec![cfg.node_ip],
+        addresses: vec![cfg.node_ip.into()],
         pod_cidrs: pod_cidr.map(str::to_string).into_iter().collect(),
         dns: Some(cfg.node_ip),
     };
