@@ -30,7 +30,9 @@ pub struct AgentArgs {
     /// The node's InternalIP (default: the address it reaches the first server from).
     #[arg(long)]
     node_ip: Option<Ipv4Addr>,
-    /// Pod addresses when the controller manager gives this node no podCIDR.
+    /// Pod addresses when the controller manager gives this node no podCIDR; an IPv4 and
+    /// an IPv6 CIDR, comma-separated, make the node dual-stack (every pod gets an address
+    /// of each, and the proxy keeps an ip6 table too).
     #[arg(long)]
     pod_cidr: Option<String>,
     /// The container runtime: `containerd` (real containers), or `simulated` (no

@@ -5,7 +5,9 @@
 //! reaches all three backends; a backend made unready by its readiness probe stops
 //! getting traffic; the NodePort answers from the host side of the node's veth; a
 //! LoadBalancer Service gets the node's address; a headless Service's pod with hostname
-//! and subdomain resolves as `<pod>.<svc>`.
+//! and subdomain resolves as `<pod>.<svc>`. The node is dual-stack: every pod gets an IPv6
+//! address too, and a RequireDualStack Service is reached from a pod on its IPv6 ClusterIP
+//! (through the proxy's ip6 table) and resolved to it by AAAA.
 //! Everything is removed at the end (processes, containers, namespace, veth; the table
 //! goes with the agent and its namespace).
 
@@ -44,7 +46,7 @@ async fn services_reach_pods_by_name_cluster_ip_and_node_port() {
     let net = NodeNet::create(0);
     let cluster = start_server(&net, &dir).await;
     let client = cluster.client.clone();
-    let _agent = start_agent(&net, &dir, &cluster.url, &cluster.token, "n1", "10.42.9.0/24", "agent.log");
+    let _agent = start_agent(&net, &dir, &cluster.url, &cluster.token, "n1", "10.42.9.0/24,fd42:0:0:9::/64", "agent.log");
     node_ready(&client, "n1").await;
     let pp = PostParams::default();
 
@@ -132,6 +134,36 @@ async fn services_reach_pods_by_name_cluster_ip_and_node_port() {
     assert_eq!(lb, net.node_ip);
     let o = node_support::sh(&["curl", "-s", "-m", "2", &format!("http://{lb}:8081/")]);
     assert!(names.contains(String::from_utf8_lossy(&o.stdout).trim()), "the LoadBalancer port answers: {o:?}");
+
+    // Dual stack: each pod has an IPv6 address second; a RequireDualStack Service gets an
+    // IPv6 slice of the three, answers on its IPv6 ClusterIP and resolves to it by AAAA.
+    for p in &backends {
+        let ips: Vec<String> = p.status.as_ref().and_then(|s| s.pod_ips.clone()).unwrap_or_default().into_iter().map(|i| i.ip).collect();
+        assert!(ips.len() == 2 && ips[0].starts_with("10.42.9.") && ips[1].starts_with("fd42:0:0:9:"), "{:?}: {ips:?}", p.metadata.name);
+    }
+    let web6 = services.create(&pp, &serde_json::from_value(json!({
+        "metadata": {"name": "web6"},
+        "spec": {"ipFamilyPolicy": "RequireDualStack", "selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}
+    })).unwrap()).await.unwrap();
+    let v6 = web6.spec.as_ref().and_then(|s| s.cluster_ips.clone()).unwrap_or_default().get(1).cloned().expect("an IPv6 ClusterIP");
+    poll("web6's IPv6 slice with 3 ready endpoints", Duration::from_secs(30), || async {
+        let list = slices.list(&ListParams::default().labels("kubernetes.io/service-name=web6")).await.ok()?;
+        let ready = list.items.iter().filter(|s| s.address_type == "IPv6").flat_map(|s| s.endpoints.iter()).filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true)).count();
+        (ready == 3).then_some(())
+    })
+    .await;
+    pods.create(&pp, &serde_json::from_value(json!({
+        "metadata": {"name": "client6"},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": IMG, "command": ["sh", "-c",
+            format!("while true; do echo \"aaaa $(nslookup -type=AAAA web6.default.svc.cluster.local 2>&1 | tr '\\n' ' ')\"; echo \"v6 $(wget -q -O - http://[{v6}]/ 2>&1)\"; sleep 0.2; done")]}]}
+    })).unwrap()).await.unwrap();
+    poll("a pod reaching all three backends on the IPv6 ClusterIP, resolved by AAAA", Duration::from_secs(90), || async {
+        let log = pods.logs("client6", &LogParams::default()).await.unwrap_or_default();
+        let resolved = log.lines().any(|l| l.starts_with("aaaa ") && l.contains(&v6));
+        (resolved && answers(&log, "v6 ", 0) == names).then_some(())
+    })
+    .await;
+    let _ = pods.delete("client6", &Default::default()).await;
 
     // One backend turns unready: it leaves the slice and the rules, and gets no more traffic.
     let victim = names.iter().next().unwrap().clone();
@@ -223,7 +255,7 @@ async fn services_reach_pods_by_name_cluster_ip_and_node_port() {
     for p in ["client", "db-0", "db-client"] {
         let _ = pods.delete(p, &Default::default()).await;
     }
-    for s in ["web", "web-lb", "db"] {
+    for s in ["web", "web-lb", "web6", "db"] {
         let _ = services.delete(s, &Default::default()).await;
     }
 }

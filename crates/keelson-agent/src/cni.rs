@@ -11,11 +11,16 @@ use serde_json::{json, Value};
 /// The bridge pods are attached to.
 pub const BRIDGE: &str = "keelson0";
 
-/// The CNI network list for a node whose pods take addresses from `pod_cidr`.
-pub fn conflist(pod_cidr: &str, ipam_dir: &Path, with_portmap: bool) -> Value {
+/// The CNI network list for a node whose pods take addresses from `pod_cidrs` (the
+/// node's podCIDRs, comma-separated as containerd takes them: one of each family on a
+/// dual-stack node, each pod then getting an address of each).
+pub fn conflist(pod_cidrs: &str, ipam_dir: &Path, with_portmap: bool) -> Value {
+    let cidrs: Vec<&str> = pod_cidrs.split(',').map(str::trim).filter(|c| !c.is_empty()).collect();
+    let ranges: Vec<Value> = cidrs.iter().map(|c| json!([{"subnet": c}])).collect();
+    let routes: Vec<Value> = cidrs.iter().map(|c| json!({"dst": if c.contains(':') { "::/0" } else { "0.0.0.0/0" }})).collect();
     let mut plugins = vec![json!({
         "type": "bridge", "bridge": BRIDGE, "isGateway": true, "ipMasq": false, "hairpinMode": true,
-        "ipam": {"type": "host-local", "ranges": [[{"subnet": pod_cidr}]], "routes": [{"dst": "0.0.0.0/0"}], "dataDir": ipam_dir.display().to_string()},
+        "ipam": {"type": "host-local", "ranges": ranges, "routes": routes, "dataDir": ipam_dir.display().to_string()},
     })];
     if with_portmap {
         plugins.push(json!({"type": "portmap", "capabilities": {"portMappings": true}}));
@@ -54,6 +59,14 @@ mod tests {
         assert_eq!(c["plugins"][0]["bridge"], BRIDGE);
         assert_eq!(c["plugins"].as_array().unwrap().len(), 1);
         assert_eq!(conflist("10.42.3.0/24", Path::new("/d"), true)["plugins"][1]["type"], "portmap");
+    }
+
+    #[test]
+    fn a_dual_stack_node_gives_each_pod_an_address_of_each_family() {
+        let c = conflist("10.42.3.0/24, fd42:0:0:3::/64", Path::new("/d/ipam"), false);
+        let ipam = &c["plugins"][0]["ipam"];
+        assert_eq!(ipam["ranges"], json!([[{"subnet": "10.42.3.0/24"}], [{"subnet": "fd42:0:0:3::/64"}]]));
+        assert_eq!(ipam["routes"], json!([{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]));
     }
 
     #[test]

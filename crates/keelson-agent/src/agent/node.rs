@@ -88,7 +88,8 @@ impl NodeReporter {
         // A configured podCIDR is the Node's own from the start, so the controller
         // manager's allocator counts it as taken instead of giving another.
         if let Some(cidr) = &self.cfg.pod_cidr {
-            body["spec"] = json!({"podCIDR": cidr, "podCIDRs": [cidr]});
+            let cidrs: Vec<&str> = cidr.split(',').map(str::trim).collect();
+            body["spec"] = json!({"podCIDR": cidrs[0], "podCIDRs": cidrs});
         }
         let node: Node = serde_json::from_value(body).expect("a valid Node");
         let current = match self.nodes().create(&PostParams::default(), &node).await {
@@ -116,7 +117,9 @@ impl NodeReporter {
     pub async fn wait_pod_cidr(&self, shutdown: &CancellationToken) -> Result<Option<String>, NodeError> {
         let mut warned = false;
         loop {
-            let given = self.nodes().get_opt(&self.cfg.node_name).await.ok().flatten().and_then(|n| n.spec.and_then(|s| s.pod_cidr));
+            // All the Node's podCIDRs (one of each family when dual-stack), comma-separated.
+            let spec = self.nodes().get_opt(&self.cfg.node_name).await.ok().flatten().and_then(|n| n.spec);
+            let given = spec.and_then(|s| s.pod_cidrs.filter(|c| !c.is_empty()).map(|c| c.join(",")).or(s.pod_cidr));
             if let Some(c) = given.or_else(|| self.cfg.pod_cidr.clone()) {
                 return Ok(Some(c));
             }

@@ -13,7 +13,7 @@ fn spec(v: serde_json::Value) -> PodSpec {
 }
 
 fn sandbox(ready: bool) -> SandboxInfo {
-    SandboxInfo { id: "sb".into(), uid: "u".into(), attempt: 0, ready, ip: Some("10.42.0.2".into()), created_at_ns: 1 }
+    SandboxInfo { id: "sb".into(), uid: "u".into(), attempt: 0, ready, ip: Some("10.42.0.2".into()), additional_ips: vec![], created_at_ns: 1 }
 }
 
 fn container(name: &str, attempt: u32, state: ContainerState) -> ContainerInfo {

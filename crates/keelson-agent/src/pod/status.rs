@@ -201,8 +201,13 @@ pub fn pod_status(pod: &Pod, observed: &Observed, plan: &Plan, know: &Knowledge,
         status["initContainerStatuses"] = json!(init_statuses);
     }
     if let Some(ip) = pod_ip {
+        // A dual-stack pod's other address follows its first, as the kubelet lists them.
+        let more: Vec<String> = match observed.sandbox.as_ref() {
+            Some(s) if spec.host_network != Some(true) && s.ip.as_deref() == Some(ip.as_str()) => s.additional_ips.clone(),
+            _ => old.and_then(|s| s.pod_ips.as_ref()).map(|ips| ips.iter().skip(1).map(|p| p.ip.clone()).collect()).filter(|_| spec.host_network != Some(true)).unwrap_or_default(),
+        };
+        status["podIPs"] = json!(std::iter::once(ip.clone()).chain(more).map(|ip| json!({"ip": ip})).collect::<Vec<_>>());
         status["podIP"] = json!(ip);
-        status["podIPs"] = json!([{"ip": ip}]);
     }
     status
 }

@@ -18,7 +18,7 @@ fn info(name: &str, attempt: u32, state: ContainerState) -> ContainerInfo {
 }
 
 fn observed(containers: Vec<ContainerInfo>) -> Observed {
-    Observed { sandbox: Some(SandboxInfo { id: "sb".into(), uid: "u1".into(), attempt: 0, ready: true, ip: Some("10.42.0.7".into()), created_at_ns: 0 }), stale_sandboxes: vec![], containers }
+    Observed { sandbox: Some(SandboxInfo { id: "sb".into(), uid: "u1".into(), attempt: 0, ready: true, ip: Some("10.42.0.7".into()), additional_ips: vec!["fd42::7".into()], created_at_ns: 0 }), stale_sandboxes: vec![], containers }
 }
 
 fn know() -> Knowledge {
@@ -35,6 +35,7 @@ fn a_running_pod_is_ready_with_its_ips() {
     let s = pod_status(&p, &observed(vec![info("web", 0, ContainerState::Running { started_at_ns: 1_800_000_000_000_000_000 })]), &Plan::default(), &know(), "2026-02-01T00:00:00Z");
     assert_eq!(s["phase"], "Running");
     assert_eq!(s["podIP"], "10.42.0.7");
+    assert_eq!(s["podIPs"], json!([{"ip": "10.42.0.7"}, {"ip": "fd42::7"}]), "a dual-stack pod lists its IPv6 address second");
     assert_eq!(s["hostIP"], "10.0.0.1");
     assert_eq!(condition(&s, "Ready")["status"], "True");
     assert_eq!(condition(&s, "PodScheduled")["lastTransitionTime"], "2026-01-01T00:00:00Z", "the scheduler's condition is kept");

@@ -32,14 +32,18 @@ impl CriRuntime {
         let mut out = Vec::with_capacity(items.len());
         for sb in items {
             let ready = sb.state == cri::PodSandboxState::SandboxReady as i32;
-            let ip = if ready {
+            let (ip, additional_ips) = if ready {
                 match rt.pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: sb.id.clone(), verbose: false }).await {
-                    Ok(r) => r.into_inner().status.and_then(|s| s.network).map(|n| n.ip).filter(|ip| !ip.is_empty()),
+                    Ok(r) => {
+                        let network = r.into_inner().status.and_then(|s| s.network);
+                        let more = network.as_ref().map(|n| n.additional_ips.iter().map(|p| p.ip.clone()).filter(|ip| !ip.is_empty()).collect()).unwrap_or_default();
+                        (network.map(|n| n.ip).filter(|ip| !ip.is_empty()), more)
+                    }
                     Err(e) if e.code() == tonic::Code::NotFound => continue,
                     Err(e) => return Err(call("PodSandboxStatus")(e)),
                 }
             } else {
-                None
+                (None, Vec::new())
             };
             let meta = sb.metadata.unwrap_or_default();
             out.push(SandboxInfo {
@@ -48,6 +52,7 @@ impl CriRuntime {
                 attempt: meta.attempt,
                 ready,
                 ip,
+                additional_ips,
                 created_at_ns: sb.created_at,
             });
         }

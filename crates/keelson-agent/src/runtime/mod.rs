@@ -81,6 +81,8 @@ pub struct SandboxInfo {
     pub attempt: u32,
     pub ready: bool,
     pub ip: Option<String>,
+    /// The pod's addresses of its other families (its IPv6 one on a dual-stack node).
+    pub additional_ips: Vec<String>,
     pub created_at_ns: i64,
 }
 

@@ -139,7 +139,7 @@ impl Runtime for SimulatedRuntime {
     }
 
     async fn update_runtime_config(&self, pod_cidr: &str) -> Result<(), RuntimeError> {
-        let pool = AddressPool::parse(pod_cidr).map_err(|message| RuntimeError::Call { call: "UpdateRuntimeConfig", message })?;
+        let pool = AddressPool::parse(pod_cidr.split(',').map(str::trim).find(|c| !c.contains(':')).unwrap_or(pod_cidr)).map_err(|message| RuntimeError::Call { call: "UpdateRuntimeConfig", message })?;
         self.lock().pool = Some(pool);
         Ok(())
     }
@@ -157,7 +157,7 @@ impl Runtime for SimulatedRuntime {
         };
         st.next_id += 1;
         let id = format!("sim-sandbox-{}", st.next_id);
-        let info = SandboxInfo { id: id.clone(), uid: spec.uid.clone(), attempt: spec.attempt, ready: true, ip: Some(ip.to_string()), created_at_ns: now };
+        let info = SandboxInfo { id: id.clone(), uid: spec.uid.clone(), attempt: spec.attempt, ready: true, ip: Some(ip.to_string()), additional_ips: Vec::new(), created_at_ns: now };
         st.sandboxes.insert(id.clone(), SimSandbox { info, annotations: spec.annotations.clone() });
         Ok(id)
     }
