@@ -12,8 +12,8 @@ use crate::meta::{self, Minted, UpdateScope};
 use crate::storage::{object_key, Fence, ObjectStore, SideWrite, Stored, WriteOutcome};
 use crate::strategy;
 
-/// How often a create retries after a fence moved (a picked address taken, the namespace
-/// changed).
+/// How often a create or a delete retries after losing a race (a fence moved: a picked
+/// address taken, the namespace changed; or the object changed under a delete).
 const UPDATE_ATTEMPTS: usize = 8;
 
 /// How often an update retries after losing a race with another writer (only when the

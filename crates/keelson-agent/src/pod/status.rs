@@ -201,10 +201,14 @@ pub fn pod_status(pod: &Pod, observed: &Observed, plan: &Plan, know: &Knowledge,
         status["initContainerStatuses"] = json!(init_statuses);
     }
     if let Some(ip) = pod_ip {
-        // A dual-stack pod's other address follows its first, as the kubelet lists them.
-        let more: Vec<String> = match observed.sandbox.as_ref() {
-            Some(s) if spec.host_network != Some(true) && s.ip.as_deref() == Some(ip.as_str()) => s.additional_ips.clone(),
-            _ => old.and_then(|s| s.pod_ips.as_ref()).map(|ips| ips.iter().skip(1).map(|p| p.ip.clone()).collect()).filter(|_| spec.host_network != Some(true)).unwrap_or_default(),
+        // A dual-stack pod's other address follows its first, as the kubelet lists them
+        // (from the sandbox that gave the first, else as stored before).
+        let more: Vec<String> = if spec.host_network == Some(true) {
+            Vec::new()
+        } else if let Some(sandbox) = observed.sandbox.as_ref().filter(|s| s.ip.is_some()) {
+            sandbox.additional_ips.clone()
+        } else {
+            old.and_then(|s| s.pod_ips.as_ref()).into_iter().flatten().skip(1).map(|p| p.ip.clone()).collect()
         };
         status["podIPs"] = json!(std::iter::once(ip.clone()).chain(more).map(|ip| json!({"ip": ip})).collect::<Vec<_>>());
         status["podIP"] = json!(ip);
