@@ -11,11 +11,17 @@ use serde_json::{json, Value};
 /// The bridge pods are attached to.
 pub const BRIDGE: &str = "keelson0";
 
+/// The CIDRs of a node's pod CIDR list (comma-separated, as `--pod-cidr` and containerd
+/// take them: one of each family on a dual-stack node).
+pub fn split_pod_cidrs(pod_cidrs: &str) -> Vec<&str> {
+    pod_cidrs.split(',').map(str::trim).filter(|c| !c.is_empty()).collect()
+}
+
 /// The CNI network list for a node whose pods take addresses from `pod_cidrs` (the
 /// node's podCIDRs, comma-separated as containerd takes them: one of each family on a
 /// dual-stack node, each pod then getting an address of each).
 pub fn conflist(pod_cidrs: &str, ipam_dir: &Path, with_portmap: bool) -> Value {
-    let cidrs: Vec<&str> = pod_cidrs.split(',').map(str::trim).filter(|c| !c.is_empty()).collect();
+    let cidrs = split_pod_cidrs(pod_cidrs);
     let ranges: Vec<Value> = cidrs.iter().map(|c| json!([{"subnet": c}])).collect();
     let routes: Vec<Value> = cidrs.iter().map(|c| json!({"dst": if c.contains(':') { "::/0" } else { "0.0.0.0/0" }})).collect();
     let mut plugins = vec![json!({

@@ -167,7 +167,7 @@ fn spawn_services(client: &kube::Client, cfg: &AgentConfig, pod_cidr: Option<&st
     let node = keelson_proxy::NodeInfo {
         name: cfg.node_name.clone(),
         addresses: vec![cfg.node_ip.into()],
-        pod_cidrs: pod_cidr.into_iter().flat_map(|c| c.split(',')).map(|c| c.trim().to_string()).collect(),
+        pod_cidrs: pod_cidr.map(crate::cni::split_pod_cidrs).unwrap_or_default().into_iter().map(str::to_string).collect(),
         dns: Some(cfg.node_ip),
     };
     let mut proxy_metrics = None;

@@ -88,8 +88,8 @@ impl NodeReporter {
         // A configured podCIDR is the Node's own from the start, so the controller
         // manager's allocator counts it as taken instead of giving another.
         if let Some(cidr) = &self.cfg.pod_cidr {
-            let cidrs: Vec<&str> = cidr.split(',').map(str::trim).collect();
-            body["spec"] = json!({"podCIDR": cidrs[0], "podCIDRs": cidrs});
+            let cidrs = cni::split_pod_cidrs(cidr);
+            body["spec"] = json!({"podCIDR": cidrs.first(), "podCIDRs": cidrs});
         }
         let node: Node = serde_json::from_value(body).expect("a valid Node");
         let current = match self.nodes().create(&PostParams::default(), &node).await {

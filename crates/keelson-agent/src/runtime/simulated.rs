@@ -139,7 +139,7 @@ impl Runtime for SimulatedRuntime {
     }
 
     async fn update_runtime_config(&self, pod_cidr: &str) -> Result<(), RuntimeError> {
-        let pool = AddressPool::parse(pod_cidr.split(',').map(str::trim).find(|c| !c.contains(':')).unwrap_or(pod_cidr)).map_err(|message| RuntimeError::Call { call: "UpdateRuntimeConfig", message })?;
+        let pool = AddressPool::parse(crate::cni::split_pod_cidrs(pod_cidr).into_iter().find(|c| !c.contains(':')).unwrap_or(pod_cidr)).map_err(|message| RuntimeError::Call { call: "UpdateRuntimeConfig", message })?;
         self.lock().pool = Some(pool);
         Ok(())
     }
