@@ -59,6 +59,7 @@ impl Harness {
                 server_args: spec.server_args.clone(),
                 node_args: spec.node_args.clone(),
                 base_port: 0,
+                dual_stack: false,
             },
             |m| eprintln!("[keelson-chaos] {m}"),
         )

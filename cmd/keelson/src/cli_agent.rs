@@ -1,6 +1,6 @@
 //! `keelson agent` (a node: its containerd, its pods) and `keelson image` (offline images).
 
-use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,9 +27,11 @@ pub struct AgentArgs {
     /// The Node's name (default: the host name).
     #[arg(long)]
     name: Option<String>,
-    /// The node's InternalIP (default: the address it reaches the first server from).
-    #[arg(long)]
-    node_ip: Option<Ipv4Addr>,
+    /// The node's InternalIP (default: the IPv4 address it reaches the first server
+    /// from); an IPv4 and an IPv6 address, comma-separated, make the node's addresses
+    /// dual-stack (its IPv6 NodePorts and the other nodes' routes to its IPv6 pods).
+    #[arg(long, value_parser = parse_node_ips)]
+    node_ip: Option<NodeIps>,
     /// Pod addresses when the controller manager gives this node no podCIDR; an IPv4 and
     /// an IPv6 CIDR, comma-separated, make the node dual-stack (every pod gets an address
     /// of each, and the proxy keeps an ip6 table too).
@@ -104,6 +106,29 @@ fn parse_injected_bug(s: &str) -> Result<keelson_agent::agent::InjectedBug, Stri
     }
 }
 
+/// `--node-ip`: one address, or one of each family.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct NodeIps {
+    v4: Option<Ipv4Addr>,
+    v6: Option<Ipv6Addr>,
+}
+
+fn parse_node_ips(s: &str) -> Result<NodeIps, String> {
+    let mut ips = NodeIps::default();
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    if parts.len() > 2 {
+        return Err(format!("{s:?}: at most two addresses, one IPv4 and one IPv6"));
+    }
+    for part in parts {
+        match part.parse::<IpAddr>().map_err(|_| format!("{part:?} is not an IP address"))? {
+            IpAddr::V4(ip) if ips.v4.is_none() => ips.v4 = Some(ip),
+            IpAddr::V6(ip) if ips.v6.is_none() => ips.v6 = Some(ip),
+            _ => return Err(format!("{s:?}: two addresses of one family; a dual-stack node has one IPv4 and one IPv6 address")),
+        }
+    }
+    Ok(ips)
+}
+
 fn host_port(url: &str) -> anyhow::Result<SocketAddr> {
     let rest = url.strip_prefix("https://").with_context(|| format!("--server {url}: expected https://HOST:PORT"))?;
     let hp = rest.split('/').next().unwrap_or(rest);
@@ -149,7 +174,9 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
     let data_dir = std::fs::canonicalize(&args.data_dir)?;
     let servers: Vec<SocketAddr> = args.servers.iter().map(|s| host_port(s)).collect::<anyhow::Result<_>>()?;
-    let node_ip = match args.node_ip {
+    let given = args.node_ip.unwrap_or_default();
+    let node_ip6 = given.v6;
+    let node_ip = match given.v4 {
         Some(ip) => ip,
         None => local_ip_towards(servers[0])?,
     };
@@ -183,6 +210,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
     let cfg = AgentConfig {
         node_name: name.clone(),
         node_ip,
+        node_ip6,
         data_dir: data_dir.clone(),
         max_pods: args.max_pods,
         heartbeat: args.heartbeat,
@@ -286,4 +314,22 @@ pub async fn image(cmd: ImageCmd) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_ip_takes_one_address_or_one_of_each_family() {
+        let v4: Ipv4Addr = "192.0.2.5".parse().unwrap();
+        let v6: Ipv6Addr = "fd00::5".parse().unwrap();
+        assert_eq!(parse_node_ips("192.0.2.5"), Ok(NodeIps { v4: Some(v4), v6: None }));
+        assert_eq!(parse_node_ips("192.0.2.5,fd00::5"), Ok(NodeIps { v4: Some(v4), v6: Some(v6) }));
+        assert_eq!(parse_node_ips("fd00::5, 192.0.2.5"), Ok(NodeIps { v4: Some(v4), v6: Some(v6) }));
+        assert_eq!(parse_node_ips("fd00::5"), Ok(NodeIps { v4: None, v6: Some(v6) }));
+        for bad in ["192.0.2.5,192.0.2.6", "fd00::1,fd00::2", "192.0.2.5,fd00::5,10.0.0.1", "node-1", ""] {
+            assert!(parse_node_ips(bad).is_err(), "{bad}");
+        }
+    }
 }

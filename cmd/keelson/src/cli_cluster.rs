@@ -31,6 +31,11 @@ pub struct UpArgs {
     /// API on base+200+i); 0 picks free ports.
     #[arg(long, default_value_t = 23790)]
     base_port: u16,
+    /// As root: give the members and pods IPv6 addresses too (unique local networks of
+    /// the cluster's own), so every node has an IPv4 and an IPv6 InternalIP and podCIDR
+    /// and dual-stack Services reach pods on every node.
+    #[arg(long)]
+    dual_stack: bool,
 }
 
 pub async fn up(args: UpArgs, log: &crate::logging::LogArgs, traces: &crate::telemetry::TraceArgs) -> anyhow::Result<()> {
@@ -41,6 +46,9 @@ pub async fn up(args: UpArgs, log: &crate::logging::LogArgs, traces: &crate::tel
         bail!("--agents must be at most 50, got {}", args.agents);
     }
     let root = keelson_runner::cmd::is_root();
+    if args.dual_stack && !root {
+        bail!("--dual-stack needs root: the IPv6 networks are made in network namespaces of the cluster's own");
+    }
     let isolation = if root { Isolation::Netns } else { Isolation::Loopback };
     if !root {
         eprintln!("keelson up: NOT ROOT: cannot create network namespaces or run containerd, so there are no real nodes;");
@@ -56,6 +64,7 @@ pub async fn up(args: UpArgs, log: &crate::logging::LogArgs, traces: &crate::tel
         server_args: [log.to_argv(), traces.to_argv()].concat(),
         node_args: [log.to_argv(), traces.to_argv()].concat(),
         base_port: args.base_port,
+        dual_stack: args.dual_stack,
     };
     let mut cluster = Cluster::start(spec, |msg| println!("keelson up: {msg}")).await?;
     let shutdown = CancellationToken::new();
@@ -103,7 +112,8 @@ fn print_ready(cluster: &Cluster, hollow: Option<usize>) {
         println!("  {:<10} store/raft {}   API https://{}   metrics http://{}/metrics   log {}", s.name, s.raft_addr, s.api_addr, s.metrics_addr, s.log.display());
     }
     for n in m.nodes() {
-        println!("  {:<10} node {}   pods {}   namespace {}   log {}", n.name, n.addr, n.pod_cidr, n.netns.as_deref().unwrap_or("-"), n.log.display());
+        let addrs = if n.addr6.is_empty() { n.addr.clone() } else { format!("{},{}", n.addr, n.addr6) };
+        println!("  {:<10} node {}   pods {}   namespace {}   log {}", n.name, addrs, n.pod_cidr, n.netns.as_deref().unwrap_or("-"), n.log.display());
     }
     if let Some(n) = hollow {
         println!("  hollow-0 … hollow-{}   simulated nodes (no containers)", n.saturating_sub(1));

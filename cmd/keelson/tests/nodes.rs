@@ -1,10 +1,11 @@
-//! `keelson up --servers 3 --agents 2` as root: servers and two real nodes (agents with
-//! their containerd), each in a network namespace of the cluster's own. A Deployment of
-//! the built-in busybox image with two replicas kept apart runs on both nodes; the host
-//! shell reaches a pod (route to the node's podCIDR), one node reaches the other's pod
-//! (the agents' routes); a NodePort Service over both pods answers from both through its
-//! ClusterIP from node-1 and by its DNS names from inside a pod, and on both nodes'
-//! NodePort; the ingress' LoadBalancer Service gets both nodes' addresses; `kubectl exec`
+//! `keelson up --servers 3 --agents 2 --dual-stack` as root: servers and two real nodes
+//! (agents with their containerd), each in a network namespace of the cluster's own, with
+//! an IPv4 and an IPv6 address and podCIDR. A Deployment of the built-in busybox image
+//! with two replicas kept apart runs on both nodes; the host shell reaches a pod on both
+//! its addresses (routes to the node's podCIDRs), one node reaches the other's pod on
+//! both (the agents' routes, per family); a dual-stack NodePort Service over both pods
+//! answers from both through its IPv4 and its IPv6 ClusterIP from node-1 and by its DNS
+//! names from inside a pod, and on both nodes' NodePort on both families; the ingress' LoadBalancer Service gets both nodes' addresses; `kubectl exec`
 //! and `logs` reach both pods through each of the three servers; Ctrl-C leaves no namespace, veth, route, mount or process.
 //!
 //! Needs root and containerd, runc, the CNI plugins, busybox-static, nftables and curl.
@@ -56,7 +57,7 @@ fn curl_with(netns: Option<&str>, args: &[&str]) -> String {
         }
         None => Command::new("curl"),
     };
-    let out = c.args(["-s", "-m", "3"]).args(args).output().expect("curl runs");
+    let out = c.args(["-s", "-g", "-m", "3"]).args(args).output().expect("curl runs");
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
@@ -86,7 +87,7 @@ async fn keelson_up_runs_pods_on_two_real_nodes_reachable_from_the_host() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("cluster");
     let mut up = Command::new(env!("CARGO_BIN_EXE_keelson"))
-        .args(["up", "--servers", "3", "--agents", "2", "--data-dir"])
+        .args(["up", "--servers", "3", "--agents", "2", "--dual-stack", "--data-dir"])
         .arg(&dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -142,6 +143,9 @@ async fn keelson_up_runs_pods_on_two_real_nodes_reachable_from_the_host() {
     assert!(!links.contains(&run), "veths left: {links}");
     let routes = lines_of(&["ip", "route"]);
     assert!(!routes.contains(&format!("{}", manifest.pod_net.unwrap())), "routes left: {routes}");
+    let routes6 = lines_of(&["ip", "-6", "route"]);
+    let net6 = manifest.pod_net6.expect("a dual-stack cluster's IPv6 pod network").to_string();
+    assert!(!routes6.contains(net6.trim_end_matches(':')), "IPv6 routes left: {routes6}");
     let needle = tmp.path().display().to_string();
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains(&needle), "mounts left under {needle}");
@@ -173,11 +177,14 @@ async fn exercise(dir: &Path, nodes: &[keelson_runner::MemberEntry]) {
     let deadline = Instant::now() + Duration::from_secs(120);
     let running = loop {
         let list = pods.list(&ListParams::default().labels("app=web")).await.unwrap();
-        let running: Vec<(String, String)> = list
+        let running: Vec<(String, String, String)> = list
             .items
             .iter()
             .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .filter_map(|p| Some((p.spec.as_ref()?.node_name.clone()?, p.status.as_ref()?.pod_ip.clone()?)))
+            .filter_map(|p| {
+                let ips = p.status.as_ref()?.pod_ips.as_ref()?;
+                Some((p.spec.as_ref()?.node_name.clone()?, ips.first()?.ip.clone(), ips.get(1)?.ip.clone()))
+            })
             .collect();
         if running.len() == 2 {
             break running;
@@ -185,21 +192,37 @@ async fn exercise(dir: &Path, nodes: &[keelson_runner::MemberEntry]) {
         assert!(Instant::now() < deadline, "two web pods not Running within 120 s: {:?}", list.items.iter().map(|p| (&p.spec.as_ref().unwrap().node_name, &p.status)).collect::<Vec<_>>());
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    let mut on: Vec<&str> = running.iter().map(|(n, _)| n.as_str()).collect();
+    let mut on: Vec<&str> = running.iter().map(|(n, _, _)| n.as_str()).collect();
     on.sort();
     assert_eq!(on, ["node-1", "node-2"], "one pod on each node: {running:?}");
-    for (node, ip) in &running {
-        let cidr = &nodes.iter().find(|n| &n.name == node).unwrap().pod_cidr;
-        let prefix = cidr.rsplit_once('.').unwrap().0;
-        assert!(ip.starts_with(prefix), "pod {ip} on {node} is in its podCIDR {cidr}");
-        let got = curl_until(None, &format!("http://{ip}/"), "hello from keelson", Duration::from_secs(20));
-        assert!(got.contains("hello from keelson"), "the host reaches {ip} on {node}: {got:?}");
+    // Each node is dual-stack: an InternalIP and a podCIDR of each family.
+    let node_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    for n in nodes {
+        let node = node_api.get(&n.name).await.unwrap();
+        let internal: Vec<String> = node.status.unwrap().addresses.unwrap().into_iter().filter(|a| a.type_ == "InternalIP").map(|a| a.address).collect();
+        assert_eq!(internal, [n.addr.clone(), n.addr6.clone()], "{}'s InternalIPs", n.name);
+        assert_eq!(node.spec.unwrap().pod_cidrs.unwrap().join(","), n.pod_cidr, "{}'s podCIDRs", n.name);
     }
-    // Node 1's namespace reaches the pod on node 2 (the agents route each other's pods).
-    let (_, ip2) = running.iter().find(|(n, _)| n == "node-2").unwrap();
+    for (node, ip, ip6) in &running {
+        let cidr = &nodes.iter().find(|n| &n.name == node).unwrap().pod_cidr;
+        let (cidr4, cidr6) = cidr.split_once(',').expect("a podCIDR of each family");
+        let prefix = cidr4.rsplit_once('.').unwrap().0;
+        assert!(ip.starts_with(prefix), "pod {ip} on {node} is in its podCIDR {cidr4}");
+        let prefix6 = cidr6.trim_end_matches("::/64");
+        assert!(ip6.starts_with(prefix6), "pod {ip6} on {node} is in its IPv6 podCIDR {cidr6}");
+        for url in [format!("http://{ip}/"), format!("http://[{ip6}]/")] {
+            let got = curl_until(None, &url, "hello from keelson", Duration::from_secs(20));
+            assert!(got.contains("hello from keelson"), "the host reaches {url} on {node}: {got:?}");
+        }
+    }
+    // Node 1's namespace reaches the pod on node 2 on both addresses (the agents route
+    // each other's pods, per family through the node's address of that family).
+    let (_, ip2, ip2_6) = running.iter().find(|(n, _, _)| n == "node-2").unwrap();
     let ns1 = nodes.iter().find(|n| n.name == "node-1").unwrap().netns.clone().unwrap();
-    let got = curl_until(Some(&ns1), &format!("http://{ip2}/"), "hello from keelson", Duration::from_secs(30));
-    assert!(got.contains("hello from keelson"), "node-1 reaches the pod {ip2} on node-2: {got:?}");
+    for url in [format!("http://{ip2}/"), format!("http://[{ip2_6}]/")] {
+        let got = curl_until(Some(&ns1), &url, "hello from keelson", Duration::from_secs(30));
+        assert!(got.contains("hello from keelson"), "node-1 reaches {url} on node-2: {got:?}");
+    }
 
     services_across_nodes(&client, dir, nodes).await;
 
@@ -242,9 +265,12 @@ fn answering(tries: usize, fetch: impl Fn() -> String) -> BTreeSet<String> {
 /// built-in ingress' LoadBalancer Service gets both nodes' addresses.
 async fn services_across_nodes(client: &kube::Client, dir: &Path, nodes: &[keelson_runner::MemberEntry]) {
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    let svc: Service = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"type": "NodePort", "selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 80}]}})).unwrap();
+    let svc: Service = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"type": "NodePort", "ipFamilyPolicy": "RequireDualStack",
+        "selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 80}]}})).unwrap();
     let svc = services.create(&PostParams::default(), &svc).await.unwrap();
     let cluster_ip = svc.spec.as_ref().unwrap().cluster_ip.clone().unwrap();
+    let cluster_ips = svc.spec.as_ref().unwrap().cluster_ips.clone().unwrap();
+    assert_eq!((cluster_ips.len(), cluster_ips[0] == cluster_ip, cluster_ips[1].contains(':')), (2, true, true), "{cluster_ips:?}");
     let node_port = svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].node_port.unwrap();
     let ns1 = nodes.iter().find(|n| n.name == "node-1").unwrap().netns.clone().unwrap();
     let url = format!("http://{cluster_ip}/name");
@@ -257,6 +283,14 @@ async fn services_across_nodes(client: &kube::Client, dir: &Path, nodes: &[keels
     let mut names: Vec<String> = listed.iter().filter_map(|p| p.metadata.name.clone()).collect();
     names.sort();
     assert_eq!(seen.into_iter().collect::<Vec<_>>(), names, "node-1 reaches both pods (one on each node) through the ClusterIP {cluster_ip}");
+    // And through its IPv6 ClusterIP: node-2's pod over IPv6 across the nodes.
+    let url6 = format!("http://[{}]/name", cluster_ips[1]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = BTreeSet::new();
+    while seen.len() < 2 && Instant::now() < deadline {
+        seen.extend(answering(10, || curl(Some(&ns1), &url6)));
+    }
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), names, "node-1 reaches both pods through the IPv6 ClusterIP {}", cluster_ips[1]);
 
     // From inside the pod on node-1, by the Service's short and full DNS names.
     let kubeconfig = dir.join("kubeconfig");
@@ -275,10 +309,12 @@ async fn services_across_nodes(client: &kube::Client, dir: &Path, nodes: &[keels
         assert_eq!(seen.into_iter().collect::<Vec<_>>(), names, "pod {from} reaches both pods as http://{host}/");
     }
 
-    // The NodePort on each node's address, from the host.
+    // The NodePort on each node's addresses, IPv4 and IPv6, from the host.
     for n in nodes {
-        let got = curl_until(None, &format!("http://{}:{node_port}/name", n.addr), "web-", Duration::from_secs(30));
-        assert!(got.starts_with("web-"), "NodePort {node_port} on {} ({}): {got:?}", n.name, n.addr);
+        for url in [format!("http://{}:{node_port}/name", n.addr), format!("http://[{}]:{node_port}/name", n.addr6)] {
+            let got = curl_until(None, &url, "web-", Duration::from_secs(30));
+            assert!(got.starts_with("web-"), "NodePort {url} on {}: {got:?}", n.name);
+        }
     }
 
     // The ingress' own LoadBalancer Service: both nodes serve it.

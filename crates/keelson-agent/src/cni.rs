@@ -41,17 +41,26 @@ pub struct PodRoute {
     pub via: String,
 }
 
-/// Routes to every other node's podCIDR through its InternalIP.
+/// Routes to every other node's podCIDRs, each through that node's InternalIP of the
+/// same family (a dual-stack node has one of each; a family without an address of the
+/// node gets no route).
 pub fn routes(own: &str, nodes: &[k8s_openapi::api::core::v1::Node]) -> BTreeSet<PodRoute> {
-    nodes
-        .iter()
-        .filter(|n| n.metadata.name.as_deref() != Some(own))
-        .filter_map(|n| {
-            let cidr = n.spec.as_ref()?.pod_cidr.clone()?;
-            let via = n.status.as_ref()?.addresses.as_ref()?.iter().find(|a| a.type_ == "InternalIP")?.address.clone();
-            Some(PodRoute { cidr, via })
-        })
-        .collect()
+    let mut out = BTreeSet::new();
+    for n in nodes.iter().filter(|n| n.metadata.name.as_deref() != Some(own)) {
+        let spec = n.spec.as_ref();
+        let cidrs = match spec.and_then(|s| s.pod_cidrs.as_ref()).filter(|c| !c.is_empty()) {
+            Some(list) => list.iter().collect::<Vec<_>>(),
+            None => spec.and_then(|s| s.pod_cidr.as_ref()).into_iter().collect(),
+        };
+        let internal: Vec<&str> = n.status.as_ref().and_then(|s| s.addresses.as_ref()).into_iter().flatten().filter(|a| a.type_ == "InternalIP").map(|a| a.address.as_str()).collect();
+        for cidr in cidrs {
+            let v6 = cidr.contains(':');
+            if let Some(via) = internal.iter().find(|a| a.contains(':') == v6) {
+                out.insert(PodRoute { cidr: cidr.clone(), via: via.to_string() });
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -83,5 +92,22 @@ mod tests {
         let nodes = [node("a", Some("10.42.0.0/24"), "10.0.0.1"), node("b", Some("10.42.1.0/24"), "10.0.0.2"), node("c", None, "10.0.0.3")];
         let r: Vec<PodRoute> = routes("a", &nodes).into_iter().collect();
         assert_eq!(r, vec![PodRoute { cidr: "10.42.1.0/24".into(), via: "10.0.0.2".into() }]);
+    }
+
+    #[test]
+    fn a_dual_stack_node_is_routed_to_per_family_through_its_address_of_that_family() {
+        let node = |name: &str, cidrs: &[&str], ips: &[&str]| -> k8s_openapi::api::core::v1::Node {
+            let addresses: Vec<Value> = ips.iter().map(|ip| json!({"type": "InternalIP", "address": ip})).chain([json!({"type": "Hostname", "address": name})]).collect();
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"podCIDR": cidrs.first(), "podCIDRs": cidrs}, "status": {"addresses": addresses}})).unwrap()
+        };
+        let nodes = [
+            node("a", &["10.42.0.0/24", "fd42:0:0:0::/64"], &["10.0.0.1", "fd00::1"]),
+            node("b", &["10.42.1.0/24", "fd42:0:0:1::/64"], &["10.0.0.2", "fd00::2"]),
+            // IPv6 pods but no IPv6 address to reach them by: no IPv6 route.
+            node("c", &["10.42.2.0/24", "fd42:0:0:2::/64"], &["10.0.0.3"]),
+        ];
+        let r: Vec<(String, String)> = routes("a", &nodes).into_iter().map(|r| (r.cidr, r.via)).collect();
+        let want = [("10.42.1.0/24", "10.0.0.2"), ("10.42.2.0/24", "10.0.0.3"), ("fd42:0:0:1::/64", "fd00::2")];
+        assert_eq!(r, want.map(|(c, v)| (c.to_string(), v.to_string())));
     }
 }

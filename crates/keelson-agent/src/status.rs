@@ -28,6 +28,8 @@ impl Default for NodeCapacity {
 pub struct NodeFacts {
     pub name: String,
     pub address: Ipv4Addr,
+    /// A dual-stack node's IPv6 address, its second InternalIP.
+    pub address6: Option<std::net::Ipv6Addr>,
     pub capacity: NodeCapacity,
     pub machine_id: String,
     pub boot_id: String,
@@ -45,6 +47,7 @@ impl NodeFacts {
         Self {
             name: name.into(),
             address,
+            address6: None,
             capacity: capacity.clone(),
             machine_id: String::new(),
             boot_id: String::new(),
@@ -88,6 +91,9 @@ pub fn node_status_of(f: &NodeFacts, health: &NodeHealth, now: &str) -> Value {
         None => condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
         Some(why) => condition("Ready", "False", "KubeletNotReady", why),
     };
+    // As the kubelet with `--node-ip=<IPv4>,<IPv6>`: an InternalIP of each family, then the hostname.
+    let internal = std::iter::once(f.address.to_string()).chain(f.address6.map(|a| a.to_string()));
+    let addresses: Vec<Value> = internal.map(|a| json!({"type": "InternalIP", "address": a})).chain([json!({"type": "Hostname", "address": f.name})]).collect();
     let images: Vec<Value> = f.images.iter().map(|(names, size)| json!({"names": names, "sizeBytes": size})).collect();
     json!({
         "capacity": resources,
@@ -98,7 +104,7 @@ pub fn node_status_of(f: &NodeFacts, health: &NodeHealth, now: &str) -> Value {
             pressure("PIDPressure", health.pid_pressure, ("KubeletHasInsufficientPID", "kubelet has insufficient PID available"), ("KubeletHasSufficientPID", "kubelet has sufficient PID available")),
             ready,
         ],
-        "addresses": [{"type": "InternalIP", "address": f.address.to_string()}, {"type": "Hostname", "address": f.name}],
+        "addresses": addresses,
         "daemonEndpoints": {"kubeletEndpoint": {"Port": f.kubelet_port}},
         "nodeInfo": {
             "machineID": f.machine_id, "systemUUID": f.machine_id, "bootID": f.boot_id, "kernelVersion": f.kernel_version, "osImage": f.os_image,
@@ -178,6 +184,15 @@ mod tests {
         assert_eq!(s["allocatable"]["pods"], "110");
         assert_eq!(s["addresses"][0]["address"], "192.0.2.1");
         assert_eq!(s["nodeInfo"]["kubeletVersion"], AGENT_VERSION);
+    }
+
+    #[test]
+    fn a_dual_stack_node_has_an_internal_ip_of_each_family_then_its_hostname() {
+        let mut f = NodeFacts::hollow("n1", Ipv4Addr::new(192, 0, 2, 1), &NodeCapacity::default());
+        f.address6 = Some("fd00::1".parse().unwrap());
+        let s = node_status_of(&f, &NodeHealth::default(), "2026-01-01T00:00:00Z");
+        let want = json!([{"type": "InternalIP", "address": "192.0.2.1"}, {"type": "InternalIP", "address": "fd00::1"}, {"type": "Hostname", "address": "n1"}]);
+        assert_eq!(s["addresses"], want);
     }
 
     #[test]

@@ -88,9 +88,13 @@ impl Cluster {
         state.write_owner()?;
         let state = Arc::new(Mutex::new(state));
         cleanup::register(&state);
-        let want = resumed.as_ref().and_then(|m| Some(Subnets { members: m.subnet?, pods: m.pod_net? }));
+        let want = resumed.as_ref().and_then(|m| Some(Subnets { members: m.subnet?, pods: m.pod_net?, v6: m.subnet6.zip(m.pod_net6) }));
+        if spec.dual_stack && resumed.is_none() && mode != Isolation::Netns {
+            let _ = lock(&state).cleanup_sync();
+            return Err(RunnerError::Unsupported("a dual-stack cluster needs the namespace topology (root)".into()));
+        }
         let subnets = match mode {
-            Isolation::Netns => Some(netns::setup(&run_id, n, want, &state).await.inspect_err(|_| {
+            Isolation::Netns => Some(netns::setup(&run_id, n, want, spec.dual_stack, &state).await.inspect_err(|_| {
                 let _ = lock(&state).cleanup_sync();
             })?),
             _ => None,
@@ -201,7 +205,14 @@ impl Cluster {
             let j = servers + k;
             let e = self.manifest.members[j].clone();
             if let Some(subnet) = self.manifest.subnet {
-                netns::route_pods(&self.run_id, &e.pod_cidr, topology::member_addr(subnet, j)).await?;
+                let v6 = self.manifest.subnet6.map(|net| topology::member_addr6(net, j));
+                for cidr in e.pod_cidr.split(',').filter(|c| !c.is_empty()) {
+                    let via = match v6 {
+                        Some(v6) if cidr.contains(':') => v6.into(),
+                        _ => topology::member_addr(subnet, j).into(),
+                    };
+                    netns::route_pods(&self.run_id, cidr, via).await?;
+                }
             }
             self.start_member(j)?;
             progress(&format!("started {} ({}, pods {})", e.name, e.addr, e.pod_cidr));
@@ -388,9 +399,13 @@ fn fresh_manifest(spec: &ClusterSpec, run_id: &str, subnets: Option<Subnets>) ->
         };
         let (raft_addr, metrics_addr, api_addr) = if server { (raft_addr, metrics_addr, api_addr) } else { Default::default() };
         let pod_cidr = match subnets {
+            Some(Subnets { pods, v6: Some((_, pods6)), .. }) if !server => {
+                format!("{},{}", topology::pod_cidr(pods, j - spec.servers), topology::pod_cidr6(pods6, j - spec.servers))
+            }
             Some(s) if !server => topology::pod_cidr(s.pods, j - spec.servers),
             _ => String::new(),
         };
+        let addr6 = subnets.and_then(|s| s.v6).map(|(members6, _)| topology::member_addr6(members6, j).to_string()).unwrap_or_default();
         members.push(MemberEntry {
             data_dir: spec.dir.join(&name),
             log: spec.dir.join(format!("{name}.log")),
@@ -400,6 +415,7 @@ fn fresh_manifest(spec: &ClusterSpec, run_id: &str, subnets: Option<Subnets>) ->
             running: false,
             netns: subnets.map(|_| topology::member_ns(run_id, j)),
             addr,
+            addr6,
             raft_addr,
             api_addr,
             metrics_addr,
@@ -412,6 +428,8 @@ fn fresh_manifest(spec: &ClusterSpec, run_id: &str, subnets: Option<Subnets>) ->
         subnet: subnets.map(|s| s.members),
         pod_net: subnets.map(|s| s.pods),
         host_addr: subnets.map(|s| topology::host_addr(s.members)),
+        subnet6: subnets.and_then(|s| s.v6).map(|(m, _)| m),
+        pod_net6: subnets.and_then(|s| s.v6).map(|(_, p)| p),
         members,
     })
 }
@@ -462,7 +480,7 @@ mod tests {
 
     #[test]
     fn namespace_members_are_servers_then_nodes_with_their_pod_cidrs() {
-        let nets = Subnets { members: Ipv4Addr::new(198, 51, 100, 0), pods: Ipv4Addr::new(10, 42, 0, 0) };
+        let nets = Subnets { members: Ipv4Addr::new(198, 51, 100, 0), pods: Ipv4Addr::new(10, 42, 0, 0), v6: None };
         let m = fresh_manifest(&spec(3, 2), "a1b2c3", Some(nets)).unwrap();
         assert_eq!(m.topology, "netns");
         assert_eq!(m.host_addr, Some(Ipv4Addr::new(198, 51, 100, 1)));
@@ -484,6 +502,19 @@ mod tests {
         assert_eq!((n2.addr.as_str(), n2.pod_cidr.as_str(), n2.raft_addr.as_str()), ("198.51.100.14", "10.42.1.0/24", ""));
         assert_eq!(n2.data_dir, PathBuf::from("/c/node-2"));
         assert_eq!(n2.log, PathBuf::from("/c/node-2.log"));
+        assert!(m.members.iter().all(|e| e.addr6.is_empty()) && m.subnet6.is_none());
+    }
+
+    #[test]
+    fn dual_stack_members_have_an_ipv6_address_and_nodes_a_podcidr_of_each_family() {
+        let (members6, pods6) = topology::ula_nets(0x12_3456_789a);
+        let nets = Subnets { members: Ipv4Addr::new(198, 51, 100, 0), pods: Ipv4Addr::new(10, 42, 0, 0), v6: Some((members6, pods6)) };
+        let m = fresh_manifest(&spec(3, 2), "a1b2c3", Some(nets)).unwrap();
+        assert_eq!((m.subnet6, m.pod_net6), (Some(members6), Some(pods6)));
+        assert_eq!(m.members[0].addr6, "fd12:3456:789a::10");
+        let n2 = &m.members[4];
+        assert_eq!((n2.addr.as_str(), n2.addr6.as_str()), ("198.51.100.14", "fd12:3456:789a::14"));
+        assert_eq!(n2.pod_cidr, "10.42.1.0/24,fd12:3456:789b:1::/64");
     }
 
     #[test]

@@ -95,6 +95,9 @@ pub struct ClusterSpec {
     /// Loopback only: server i (1-based) listens on `base_port + i` (store),
     /// `base_port + 100 + i` (metrics) and `base_port + 200 + i` (API); 0 picks free ports.
     pub base_port: u16,
+    /// Give members and pods IPv6 addresses too (namespace topology): every node has an
+    /// IPv4 and an IPv6 InternalIP and podCIDR.
+    pub dual_stack: bool,
 }
 
 impl ClusterSpec {
@@ -109,6 +112,7 @@ impl ClusterSpec {
             server_args: Vec::new(),
             node_args: Vec::new(),
             base_port: 0,
+            dual_stack: false,
         }
     }
 }

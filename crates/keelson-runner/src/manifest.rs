@@ -12,7 +12,7 @@
 //!    "addr": "192.0.2.13", "pod_cidr": "10.42.0.0/24", "data_dir": "…/node-1", "log": "…/node-1.log"}]}
 //! ```
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -41,6 +41,9 @@ pub struct MemberEntry {
     pub netns: Option<String>,
     /// Its IP address.
     pub addr: String,
+    /// Its IPv6 address (a dual-stack cluster).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub addr6: String,
     /// Store (gRPC, Raft) `ip:port` (servers).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub raft_addr: String,
@@ -50,7 +53,7 @@ pub struct MemberEntry {
     /// The metrics page `ip:port` (servers).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub metrics_addr: String,
-    /// Pod addresses (nodes).
+    /// Pod addresses (nodes): one CIDR, or an IPv4 and an IPv6 one, comma-separated.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub pod_cidr: String,
     pub data_dir: PathBuf,
@@ -75,6 +78,11 @@ pub struct Manifest {
     /// The host's own address on the bridge (namespace topology).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_addr: Option<Ipv4Addr>,
+    /// A dual-stack cluster's IPv6 networks: the members' /64 and the pods' /48.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subnet6: Option<Ipv6Addr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_net6: Option<Ipv6Addr>,
     pub members: Vec<MemberEntry>,
 }
 
@@ -143,6 +151,7 @@ mod tests {
             running: true,
             netns: None,
             addr: "127.0.0.1".into(),
+            addr6: String::new(),
             raft_addr: if kind == MemberKind::Server { "127.0.0.1:1".into() } else { String::new() },
             api_addr: String::new(),
             metrics_addr: String::new(),
@@ -156,7 +165,7 @@ mod tests {
             ..Default::default()
         };
         let text = serde_json::to_string(&m).unwrap();
-        assert!(text.contains(r#""kind":"node""#) && !text.contains("pod_cidr"), "{text}");
+        assert!(text.contains(r#""kind":"node""#) && !text.contains("pod_cidr") && !text.contains("addr6"), "{text}");
         let back: Manifest = serde_json::from_str(&text).unwrap();
         assert_eq!(back, m);
         assert_eq!(back.servers().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["keelson-1"]);

@@ -40,7 +40,8 @@ impl Cluster {
                     a.extend(["--server".into(), format!("https://{api}")]);
                 }
                 a.extend(["--data-dir".into(), e.data_dir.display().to_string(), "--name".into(), e.name.clone()]);
-                a.extend(["--node-ip".into(), e.addr.clone(), "--pod-cidr".into(), e.pod_cidr.clone()]);
+                let node_ip = if e.addr6.is_empty() { e.addr.clone() } else { format!("{},{}", e.addr, e.addr6) };
+                a.extend(["--node-ip".into(), node_ip, "--pod-cidr".into(), e.pod_cidr.clone()]);
                 // Test and local clusters share their host's disk with everything else on it:
                 // like kind, they do not report disk pressure.
                 a.extend(["--heartbeat".into(), "2s".into(), "--stop-pods-on-exit".into(), "--eviction-hard".into(), "nodefs.available<0%".into()]);

@@ -13,18 +13,22 @@
 //! `kc<id>h`; the route goes when the veth does. Members have no default route, only
 //! one for the service network on their `eth0` (for a node's own ClusterIP traffic).
 //!
+//! A dual-stack run adds IPv6 alike, on two random unique local /48s: `M::1/64` on the
+//! host veth and `M::1<j>/64` on member `j`, node `k`'s pods on `Q:k::/64` routed via
+//! its IPv6 address, and the IPv6 service network on each member's `eth0`.
+//!
 //! Every subprocess call is bounded ([`CMD_TIMEOUT`]). Each namespace is recorded in the
 //! run's [`CleanupState`] before it is created, so a failed setup is still cleaned up.
 
 use std::fs::File;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::cleanup::{lock, registry_dir, CleanupState};
 use crate::cmd::{run, run_async, CMD_TIMEOUT};
-use crate::topology::{bridge_ns, choose_pod_net, SERVICE_NET, choose_subnet, host_addr, host_veth, member_addr, member_ns, parse_prefixes};
+use crate::topology::{bridge_ns, choose_pod_net, SERVICE_NET, SERVICE_NET6, choose_subnet, host_addr, host_addr6, host_veth, member_addr, member_addr6, member_ns, parse_prefixes, ula_nets};
 use crate::RunnerError;
 
 fn argv(words: &[&str]) -> Vec<String> {
@@ -82,11 +86,14 @@ pub(crate) struct Subnets {
     pub members: Ipv4Addr,
     /// Network address of the pods' /16.
     pub pods: Ipv4Addr,
+    /// A dual-stack run's IPv6 networks: the members' /64 and the pods' /48.
+    pub v6: Option<(Ipv6Addr, Ipv6Addr)>,
 }
 
 /// Builds the bridge namespace, host veth and one namespace per member; returns the
-/// subnets (`want`, when given, or free ones). Links are up everywhere, `lo` included.
-pub(crate) async fn setup(run_id: &str, n: usize, want: Option<Subnets>, state: &Arc<Mutex<CleanupState>>) -> Result<Subnets, RunnerError> {
+/// subnets (`want`, when given, or free ones, IPv6 ones too when `dual_stack`). Links
+/// are up everywhere, `lo` included.
+pub(crate) async fn setup(run_id: &str, n: usize, want: Option<Subnets>, dual_stack: bool, state: &Arc<Mutex<CleanupState>>) -> Result<Subnets, RunnerError> {
     let br = bridge_ns(run_id);
     let veth = host_veth(run_id);
     lock(state).namespaces.push(br.clone());
@@ -124,6 +131,8 @@ pub(crate) async fn setup(run_id: &str, n: usize, want: Option<Subnets>, state: 
                 })?,
                 pods: choose_pod_net(&used)
                     .ok_or_else(|| RunnerError::Unsupported("every pod network 10.42.0.0/16 … 10.250.0.0/16 is in use".into()))?,
+                // Unique local networks are random, so runs do not meet (RFC 4193).
+                v6: dual_stack.then(|| ula_nets(rand::random())),
             },
         };
         ip(&["addr", "add", &format!("{}/24", host_addr(subnets.members)), "dev", &veth]).await?;
@@ -132,6 +141,11 @@ pub(crate) async fn setup(run_id: &str, n: usize, want: Option<Subnets>, state: 
         // parallel runs see it as taken. Member namespaces get no default route: nothing
         // they send leaves the run's networks.
         ip(&["route", "add", &format!("{}/16", subnets.pods), "dev", &veth]).await?;
+        if let Some((members6, pods6)) = subnets.v6 {
+            // `nodad`: the address is usable at once, not after duplicate detection.
+            ip(&["addr", "add", &format!("{}/64", host_addr6(members6)), "dev", &veth, "nodad"]).await?;
+            ip(&["route", "add", &format!("{pods6}/48"), "dev", &veth]).await?;
+        }
         drop(guard);
         subnets
     };
@@ -155,11 +169,15 @@ pub(crate) async fn setup(run_id: &str, n: usize, want: Option<Subnets>, state: 
         // No default route, so the service network gets one: a node's own connections to
         // a ClusterIP need a route to be looked up before its proxy rewrites them to a pod.
         ip(&["-n", &ns, "route", "add", &format!("{}/{}", SERVICE_NET.0, SERVICE_NET.1), "dev", "eth0"]).await?;
+        if let Some((members6, _)) = subnets.v6 {
+            ip(&["-n", &ns, "addr", "add", &format!("{}/64", member_addr6(members6, i)), "dev", "eth0", "nodad"]).await?;
+            ip(&["-n", &ns, "route", "add", &format!("{}/{}", SERVICE_NET6.0, SERVICE_NET6.1), "dev", "eth0"]).await?;
+        }
     }
     Ok(subnets)
 }
 
-/// Routes the host's traffic for `pod_cidr` to the node at `node`.
-pub(crate) async fn route_pods(run_id: &str, pod_cidr: &str, node: Ipv4Addr) -> Result<(), RunnerError> {
+/// Routes the host's traffic for `pod_cidr` to the node at `node` (of the CIDR's family).
+pub(crate) async fn route_pods(run_id: &str, pod_cidr: &str, node: IpAddr) -> Result<(), RunnerError> {
     ip(&["route", "replace", pod_cidr, "via", &node.to_string(), "dev", &host_veth(run_id)]).await.map(|_| ())
 }

@@ -5,7 +5,7 @@
 //! `j` (servers first, then nodes) at `N.(10+j)`. Node `k` gets the podCIDR
 //! `P.k.0/24` of the run's pod /16 `P.0.0/16` (10.42.0.0/16 unless that is in use).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Network namespace holding the bridge.
 pub fn bridge_ns(run: &str) -> String {
@@ -48,6 +48,33 @@ pub fn member_addr(net: Ipv4Addr, j: usize) -> Ipv4Addr {
 pub fn pod_cidr(pod_net: Ipv4Addr, k: usize) -> String {
     format!("{}/24", Ipv4Addr::from(u32::from(pod_net) + ((k as u32) << 8)))
 }
+
+/// A dual-stack run's IPv6 networks: two unique local /48s (RFC 4193) from one random
+/// 40-bit global ID, the members' on its even value (members on its first /64), the
+/// pods' on the odd one (node `k`'s podCIDR is its /64 number `k`).
+pub fn ula_nets(global_id: u64) -> (Ipv6Addr, Ipv6Addr) {
+    let id = u128::from(global_id & 0xff_ffff_fffe);
+    let net = |id: u128| Ipv6Addr::from((0xfd_u128 << 120) | (id << 80));
+    (net(id), net(id | 1))
+}
+
+/// IPv6 address of the host end (`::1`) of the members' /64 `net`.
+pub fn host_addr6(net: Ipv6Addr) -> Ipv6Addr {
+    Ipv6Addr::from(u128::from(net) + 1)
+}
+
+/// IPv6 address of member `j` (`::1<j>`, so member 3 is `…::13` as it is `N.13`).
+pub fn member_addr6(net: Ipv6Addr, j: usize) -> Ipv6Addr {
+    Ipv6Addr::from(u128::from(net) + 0x10 + j as u128)
+}
+
+/// The IPv6 podCIDR of node `k` in the pod network `pod_net6` (a /48).
+pub fn pod_cidr6(pod_net6: Ipv6Addr, k: usize) -> String {
+    format!("{}/64", Ipv6Addr::from(u128::from(pod_net6) + ((k as u128) << 64)))
+}
+
+/// The IPv6 service network (the API server's secondary ClusterIP range).
+pub const SERVICE_NET6: (Ipv6Addr, u8) = (Ipv6Addr::new(0xfd43, 0, 0, 0, 0, 0, 0, 0), 112);
 
 /// The cluster's service network (the API server allocates ClusterIPs from it).
 pub const SERVICE_NET: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 43, 0, 0), 16);
@@ -187,5 +214,17 @@ mod tests {
         assert_eq!(choose_pod_net(&[(Ipv4Addr::new(10, 0, 0, 0), 8)]), None);
         assert_eq!(choose_pod_net(&[(Ipv4Addr::new(10, 42, 0, 0), 16)]), Some(Ipv4Addr::new(10, 44, 0, 0)), "never the service network");
         assert_eq!(pod_cidr(Ipv4Addr::new(10, 42, 0, 0), 3), "10.42.3.0/24");
+    }
+
+    #[test]
+    fn a_dual_stack_run_takes_two_unique_local_48s_from_one_global_id() {
+        let (members, pods) = ula_nets(0x12_3456_789b);
+        assert_eq!((members.to_string(), pods.to_string()), ("fd12:3456:789a::".to_string(), "fd12:3456:789b::".to_string()));
+        assert_eq!(host_addr6(members).to_string(), "fd12:3456:789a::1");
+        assert_eq!(member_addr6(members, 3).to_string(), "fd12:3456:789a::13");
+        assert_eq!(pod_cidr6(pods, 0), "fd12:3456:789b::/64");
+        assert_eq!(pod_cidr6(pods, 2), "fd12:3456:789b:2::/64");
+        // Bits beyond the 40-bit global ID do not leak into the prefix.
+        assert_eq!(ula_nets(u64::MAX).0.to_string(), "fdff:ffff:fffe::");
     }
 }

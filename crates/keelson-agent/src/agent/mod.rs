@@ -30,6 +30,9 @@ pub use node::{NodeError, NodeReporter};
 pub struct AgentConfig {
     pub node_name: String,
     pub node_ip: Ipv4Addr,
+    /// The node's IPv6 address on a dual-stack node (its second InternalIP): the proxy
+    /// serves NodePorts on it and other nodes route to its IPv6 pods through it.
+    pub node_ip6: Option<std::net::Ipv6Addr>,
     pub data_dir: PathBuf,
     pub max_pods: u32,
     /// Node status and Lease renewal period (the kubelet's: 10 s).
@@ -134,6 +137,7 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
         runtime: runtime.clone(),
         node_name: cfg.node_name.clone(),
         host_ip: cfg.node_ip.to_string(),
+        host_ip6: cfg.node_ip6.map(|ip| ip.to_string()),
         pods_dir: cfg.data_dir.join("pods"),
         logs_dir,
         dns_servers: cfg.dns_servers.clone(),
@@ -166,7 +170,7 @@ pub async fn run(client: kube::Client, runtime: Arc<dyn Runtime>, cfg: AgentConf
 fn spawn_services(client: &kube::Client, cfg: &AgentConfig, pod_cidr: Option<&str>, metrics: &crate::metrics::AgentMetrics, shutdown: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
     let node = keelson_proxy::NodeInfo {
         name: cfg.node_name.clone(),
-        addresses: vec![cfg.node_ip.into()],
+        addresses: std::iter::once(std::net::IpAddr::V4(cfg.node_ip)).chain(cfg.node_ip6.map(std::net::IpAddr::V6)).collect(),
         pod_cidrs: pod_cidr.map(crate::cni::split_pod_cidrs).unwrap_or_default().into_iter().map(str::to_string).collect(),
         dns: Some(cfg.node_ip),
     };

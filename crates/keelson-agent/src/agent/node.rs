@@ -160,6 +160,7 @@ impl NodeReporter {
         let facts = NodeFacts {
             name: self.cfg.node_name.clone(),
             address: self.cfg.node_ip,
+            address6: self.cfg.node_ip6,
             capacity: machine::capacity(&self.cfg.data_dir, self.cfg.max_pods),
             machine_id,
             boot_id,

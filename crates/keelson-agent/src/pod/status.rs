@@ -21,6 +21,8 @@ pub struct Knowledge {
     pub waiting: BTreeMap<String, (String, String)>,
     /// The node's address.
     pub host_ip: String,
+    /// A dual-stack node's IPv6 address.
+    pub host_ip6: Option<String>,
     /// Termination messages of exited instances, by container id.
     pub messages: BTreeMap<String, String>,
 }
@@ -186,10 +188,11 @@ pub fn pod_status(pod: &Pod, observed: &Observed, plan: &Plan, know: &Knowledge,
     let pod_ip = observed.sandbox.as_ref().and_then(|s| s.ip.clone()).or_else(|| old.and_then(|s| s.pod_ip.clone()));
     let pod_ip = if spec.host_network == Some(true) { Some(know.host_ip.clone()) } else { pod_ip };
     let start = old.and_then(|s| s.start_time.as_ref()).map(|t| json!(t.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())).unwrap_or(json!(now));
+    let host_ips: Vec<&String> = std::iter::once(&know.host_ip).chain(know.host_ip6.as_ref()).collect();
     let mut status = json!({
         "phase": phase,
         "conditions": conditions,
-        "hostIP": know.host_ip, "hostIPs": [{"ip": know.host_ip}],
+        "hostIP": know.host_ip, "hostIPs": host_ips.iter().map(|ip| json!({"ip": ip})).collect::<Vec<_>>(),
         "startTime": start,
         "containerStatuses": statuses,
     });
@@ -204,7 +207,7 @@ pub fn pod_status(pod: &Pod, observed: &Observed, plan: &Plan, know: &Knowledge,
         // A dual-stack pod's other address follows its first, as the kubelet lists them
         // (from the sandbox that gave the first, else as stored before).
         let more: Vec<String> = if spec.host_network == Some(true) {
-            Vec::new()
+            know.host_ip6.iter().cloned().collect()
         } else if let Some(sandbox) = observed.sandbox.as_ref().filter(|s| s.ip.is_some()) {
             sandbox.additional_ips.clone()
         } else {

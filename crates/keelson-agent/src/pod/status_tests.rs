@@ -45,6 +45,21 @@ fn a_running_pod_is_ready_with_its_ips() {
 }
 
 #[test]
+fn a_dual_stack_node_lists_both_host_ips_and_gives_host_network_pods_both() {
+    let dual = Knowledge { host_ip: "10.0.0.1".into(), host_ip6: Some("fd00::1".into()), ..Default::default() };
+    let running = || observed(vec![info("web", 0, ContainerState::Running { started_at_ns: 1_800_000_000_000_000_000 })]);
+    let p = pod(json!({"containers": [{"name": "web", "image": "busybox"}]}));
+    let s = pod_status(&p, &running(), &Plan::default(), &dual, "2026-02-01T00:00:00Z");
+    assert_eq!((s["hostIP"].clone(), s["hostIPs"].clone()), (json!("10.0.0.1"), json!([{"ip": "10.0.0.1"}, {"ip": "fd00::1"}])));
+    assert_eq!(s["podIPs"], json!([{"ip": "10.42.0.7"}, {"ip": "fd42::7"}]));
+    let host = pod(json!({"hostNetwork": true, "containers": [{"name": "web", "image": "busybox"}]}));
+    let s = pod_status(&host, &running(), &Plan::default(), &dual, "2026-02-01T00:00:00Z");
+    assert_eq!(s["podIPs"], json!([{"ip": "10.0.0.1"}, {"ip": "fd00::1"}]), "a hostNetwork pod has the node's addresses");
+    let s = pod_status(&host, &running(), &Plan::default(), &know(), "2026-02-01T00:00:00Z");
+    assert_eq!((s["podIPs"].clone(), s["hostIPs"].clone()), (json!([{"ip": "10.0.0.1"}]), json!([{"ip": "10.0.0.1"}])));
+}
+
+#[test]
 fn a_crash_loop_shows_back_off_and_the_last_termination() {
     let p = pod(json!({"containers": [{"name": "app", "image": "busybox"}]}));
     let crashed = ContainerState::Exited { exit_code: 3, reason: String::new(), message: String::new(), started_at_ns: 1, finished_at_ns: 2 };

@@ -34,6 +34,8 @@ pub struct PodContext {
     pub events: EventRecorder,
     pub node_name: String,
     pub host_ip: String,
+    /// A dual-stack node's IPv6 address (the pod's second hostIP).
+    pub host_ip6: Option<String>,
     /// `DATA_DIR/pods`: volumes and termination logs, one folder per pod uid.
     pub pods_dir: PathBuf,
     /// Container logs, one folder per pod (`<ns>_<name>_<uid>`), as the kubelet's.
@@ -262,7 +264,7 @@ async fn report(ctx: &PodContext, pod: &Pod, state: &mut WorkerState, observed: 
     if matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")) {
         return;
     }
-    let mut know = Knowledge { host_ip: ctx.host_ip.clone(), waiting: state.config_errors.clone(), ..Default::default() };
+    let mut know = Knowledge { host_ip: ctx.host_ip.clone(), host_ip6: ctx.host_ip6.clone(), waiting: state.config_errors.clone(), ..Default::default() };
     for (name, (reason, message, _, _)) in &state.image_waits {
         know.waiting.insert(name.clone(), (reason.clone(), message.clone()));
     }

@@ -29,6 +29,17 @@ pub(crate) fn node_address(n: &Node) -> Option<String> {
     by("ExternalIP").or_else(|| by("InternalIP"))
 }
 
+/// A node's announced addresses for a Service of `families` (`spec.ipFamilies`, IPv4
+/// when unset): for each family, the node's ExternalIP of it, or else its InternalIP
+/// of it (a dual-stack Service on a dual-stack node gets one of each).
+pub(crate) fn node_addresses(n: &Node, families: &[String]) -> Vec<String> {
+    let Some(addrs) = n.status.as_ref().and_then(|s| s.addresses.as_ref()) else { return Vec::new() };
+    let ipv4 = ["IPv4".to_string()];
+    let families = if families.is_empty() { &ipv4[..] } else { families };
+    let by = |t: &str, v6: bool| addrs.iter().find(|a| a.type_ == t && a.address.contains(':') == v6).map(|a| a.address.clone());
+    families.iter().filter_map(|f| by("ExternalIP", f == "IPv6").or_else(|| by("InternalIP", f == "IPv6"))).collect()
+}
+
 /// Whether this controller serves the Service: `type: LoadBalancer` without a
 /// `loadBalancerClass`, and not being deleted.
 fn ours(svc: &Service) -> bool {
@@ -79,10 +90,11 @@ pub fn ingress(svc: &Service, services: &[&Service], nodes: &[&Node], slices: &[
     for other in services.iter().filter(|o| ours(o) && precedence(o) < precedence(svc) && !ports(o).is_disjoint(&mine)) {
         taken.extend(eligible(other, nodes, slices).iter().filter_map(|n| n.metadata.name.as_deref()));
     }
+    let families = svc.spec.as_ref().and_then(|s| s.ip_families.clone()).unwrap_or_default();
     let mut ips: Vec<String> = eligible(svc, nodes, slices)
         .into_iter()
         .filter(|n| n.metadata.name.as_deref().is_none_or(|m| !taken.contains(m)))
-        .filter_map(node_address)
+        .flat_map(|n| node_addresses(n, &families))
         .collect();
     ips.sort();
     ips.dedup();
@@ -167,6 +179,21 @@ mod tests {
         assert_eq!(ips(ingress(&svc(json!({"type": "LoadBalancer"})), &[], &n, &[])), Some(vec!["10.0.0.2".into(), "10.0.0.3".into()]));
         assert_eq!(ingress(&svc(json!({"type": "NodePort"})), &[], &n, &[]), None);
         assert_eq!(ingress(&svc(json!({"type": "LoadBalancer", "loadBalancerClass": "example.com/lb"})), &[], &n, &[]), None);
+    }
+
+    #[test]
+    fn a_dual_stack_load_balancer_gets_each_nodes_address_of_each_of_its_families() {
+        let dual = |name: &str, v4: &str, v6: &str| -> Node {
+            serde_json::from_value(json!({"metadata": {"name": name}, "status": {"addresses": [{"type": "InternalIP", "address": v4}, {"type": "InternalIP", "address": v6}, {"type": "Hostname", "address": name}],
+                "conditions": [{"type": "Ready", "status": "True"}]}})).unwrap()
+        };
+        let nodes = [dual("n1", "10.0.0.2", "fd00::2"), dual("n2", "10.0.0.3", "fd00::3"), node("n3", "10.0.0.4", true)];
+        let n: Vec<&Node> = nodes.iter().collect();
+        let got = |families: serde_json::Value| ips(ingress(&svc(json!({"type": "LoadBalancer", "ipFamilies": families})), &[], &n, &[])).unwrap();
+        assert_eq!(got(json!(["IPv4", "IPv6"])), ["10.0.0.2", "10.0.0.3", "10.0.0.4", "fd00::2", "fd00::3"], "an IPv4-only node gives its IPv4 address only");
+        assert_eq!(got(json!(["IPv6"])), ["fd00::2", "fd00::3"]);
+        assert_eq!(got(json!(["IPv4"])), ["10.0.0.2", "10.0.0.3", "10.0.0.4"]);
+        assert_eq!(ips(ingress(&svc(json!({"type": "LoadBalancer"})), &[], &n, &[])).unwrap(), ["10.0.0.2", "10.0.0.3", "10.0.0.4"], "no ipFamilies is IPv4");
     }
 
     #[test]
