@@ -24,12 +24,21 @@ pub struct ComponentArgs {
     /// Run no scheduler or controller manager on this server.
     #[arg(long)]
     no_components: bool,
-    /// The pod network: every Node gets a block of it as `spec.podCIDR` (IPv4).
+    /// The pod network: every Node gets a block of it as `spec.podCIDR`. An IPv4 and an
+    /// IPv6 CIDR, comma-separated, make the cluster dual-stack: every Node gets a block
+    /// of each (`spec.podCIDRs`), the first family primary.
     #[arg(long, default_value = keelson_controllers::nodeipam::allocate::DEFAULT_CLUSTER_CIDR)]
     cluster_cidr: String,
-    /// The prefix length of each Node's block of the cluster CIDR.
-    #[arg(long, default_value_t = keelson_controllers::nodeipam::allocate::DEFAULT_NODE_CIDR_MASK_SIZE)]
-    node_cidr_mask_size: u8,
+    /// The prefix length of each Node's block of a single-stack cluster CIDR (of either
+    /// family; default 24 for IPv4, 64 for IPv6).
+    #[arg(long)]
+    node_cidr_mask_size: Option<u8>,
+    /// The prefix length of each Node's block of the IPv4 cluster CIDR.
+    #[arg(long)]
+    node_cidr_mask_size_ipv4: Option<u8>,
+    /// The prefix length of each Node's block of the IPv6 cluster CIDR.
+    #[arg(long)]
+    node_cidr_mask_size_ipv6: Option<u8>,
     /// How often the node lifecycle controller looks at every Node.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     node_monitor_period: Duration,
@@ -55,9 +64,10 @@ impl ComponentArgs {
 
     /// The controllers' settings from the flags.
     pub fn controllers(&self) -> anyhow::Result<keelson_controllers::ControllerConfig> {
-        use keelson_controllers::nodeipam::{IpamConfig, Ipv4Cidr};
-        let cidr: Ipv4Cidr = self.cluster_cidr.parse()?;
-        let node_ipam = IpamConfig::new(cidr, self.node_cidr_mask_size)?;
+        use keelson_controllers::nodeipam::allocate::{DEFAULT_NODE_CIDR_MASK_SIZE, DEFAULT_NODE_CIDR_MASK_SIZE_V6};
+        let v4 = self.node_cidr_mask_size_ipv4.or(self.node_cidr_mask_size).unwrap_or(DEFAULT_NODE_CIDR_MASK_SIZE);
+        let v6 = self.node_cidr_mask_size_ipv6.or(self.node_cidr_mask_size).unwrap_or(DEFAULT_NODE_CIDR_MASK_SIZE_V6);
+        let node_ipam = keelson_controllers::nodeipam::IpamConfig::from_flags(&self.cluster_cidr, v4, v6)?;
         let node_lifecycle = keelson_controllers::nodelifecycle::LifecycleConfig {
             monitor_period: self.node_monitor_period,
             grace_period: self.node_monitor_grace_period,
@@ -143,13 +153,18 @@ mod tests {
         let defaults = controllers(&[]).unwrap();
         assert_eq!(defaults, keelson_controllers::ControllerConfig::default());
         assert_eq!(defaults.node_lifecycle.grace_period, Duration::from_secs(50));
-        assert_eq!(defaults.node_ipam.cluster_cidr.to_string(), "10.42.0.0/16");
+        assert_eq!(defaults.node_ipam.to_string(), "10.42.0.0/16");
         let c = controllers(&["--cluster-cidr", "10.99.0.0/16", "--node-cidr-mask-size", "26", "--node-monitor-grace-period", "4s", "--node-monitor-period", "500ms"]).unwrap();
-        assert_eq!((c.node_ipam.cluster_cidr.to_string(), c.node_ipam.node_mask), ("10.99.0.0/16".to_string(), 26));
+        assert_eq!((c.node_ipam.to_string(), c.node_ipam.primary.node_mask), ("10.99.0.0/16".to_string(), 26));
         assert_eq!((c.node_lifecycle.grace_period, c.node_lifecycle.monitor_period), (Duration::from_secs(4), Duration::from_millis(500)));
         assert!(controllers(&["--cluster-cidr", "10.99.0.0"]).is_err());
         assert!(controllers(&["--node-cidr-mask-size", "12"]).is_err(), "wider than the cluster CIDR");
         assert!(controllers(&["--node-monitor-period", "0s"]).is_err());
+        let dual = controllers(&["--cluster-cidr", "10.99.0.0/16,fd99::/56", "--node-cidr-mask-size-ipv4", "25"]).unwrap().node_ipam;
+        let masks = (dual.primary.node_mask, dual.secondary.map(|r| (r.cluster_cidr.to_string(), r.node_mask)));
+        assert_eq!(masks, (25, Some(("fd99::/56".to_string(), 64))));
+        assert_eq!(controllers(&["--cluster-cidr", "fd99::/56", "--node-cidr-mask-size", "60"]).unwrap().node_ipam.primary.node_mask, 60);
+        assert!(controllers(&["--cluster-cidr", "10.99.0.0/16,10.98.0.0/16"]).is_err(), "two of one family");
     }
 
     #[test]

@@ -26,7 +26,7 @@ const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 const NOT_READY: &str = "node.kubernetes.io/not-ready";
 
 /// Node heartbeats every 500 ms; a node unheard for 4 s is Unknown.
-const NODE_FLAGS: [&str; 8] = ["--node-monitor-period", "500ms", "--node-monitor-grace-period", "4s", "--cluster-cidr", "10.99.0.0/16", "--node-cidr-mask-size", "24"];
+const NODE_FLAGS: [&str; 8] = ["--node-monitor-period", "500ms", "--node-monitor-grace-period", "4s", "--cluster-cidr", "10.99.0.0/16,fd99::/56", "--node-cidr-mask-size-ipv4", "24"];
 
 /// Polls `probe` until it gives `Some`, failing with the last `Err` after 120 s.
 async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
@@ -111,15 +111,15 @@ async fn a_dead_node_is_tainted_its_pods_evicted_and_replaced_and_it_recovers() 
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
     let event_api: Api<Event> = Api::namespaced(admin.clone(), "default");
 
-    // Every node gets its own block of the cluster CIDR.
+    // Every node gets its own block of each cluster CIDR (the cluster is dual-stack).
     let cidrs: BTreeMap<String, String> = eventually("every node has a pod CIDR", || async {
         let list = nodes.list(&ListParams::default()).await.map_err(|e| e.to_string())?.items;
         let cidrs: BTreeMap<String, String> = list
             .iter()
             .filter_map(|n| {
                 let spec = n.spec.as_ref()?;
-                let one = spec.pod_cidr.clone()?;
-                (spec.pod_cidrs.as_deref() == Some(std::slice::from_ref(&one))).then(|| (n.metadata.name.clone().unwrap_or_default(), one))
+                let all = spec.pod_cidrs.clone()?;
+                (all.len() == 2 && spec.pod_cidr.as_ref() == all.first()).then(|| (n.metadata.name.clone().unwrap_or_default(), all.join(",")))
             })
             .collect();
         if cidrs.len() == NODES { Ok(cidrs) } else { Err(format!("pod CIDRs so far: {cidrs:?} of {} nodes", list.len())) }
@@ -127,7 +127,7 @@ async fn a_dead_node_is_tainted_its_pods_evicted_and_replaced_and_it_recovers() 
     .await;
     let distinct: BTreeSet<&String> = cidrs.values().collect();
     assert_eq!(distinct.len(), NODES, "no two nodes share a CIDR: {cidrs:?}");
-    assert!(cidrs.values().all(|c| c.starts_with("10.99.") && c.ends_with(".0/24")), "{cidrs:?}");
+    assert!(cidrs.values().all(|c| c.starts_with("10.99.") && c.contains(".0/24,fd99:") && c.ends_with("::/64")), "an IPv4 /24 and an IPv6 /64 each: {cidrs:?}");
 
     // DefaultTolerationSeconds: a pod without tolerations gets both for 300 s (this one
     // stays Pending: no node matches its selector).
@@ -213,7 +213,7 @@ async fn a_dead_node_is_tainted_its_pods_evicted_and_replaced_and_it_recovers() 
         if names.is_empty() { Ok(()) } else { Err(format!("still there: {names:?}")) }
     })
     .await;
-    assert_eq!(nodes.get(&victim).await.unwrap().spec.unwrap().pod_cidr.as_ref(), cidrs.get(&victim), "a node keeps its CIDR");
+    assert_eq!(nodes.get(&victim).await.unwrap().spec.unwrap().pod_cidrs.map(|c| c.join(",")).as_ref(), cidrs.get(&victim), "a node keeps its CIDRs");
 
     for (stop, task) in hollow {
         stop.cancel();

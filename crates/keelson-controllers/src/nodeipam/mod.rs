@@ -1,5 +1,6 @@
 //! The node IPAM controller (Kubernetes' range allocator): every Node without
-//! `spec.podCIDR` gets a block of the cluster CIDR in `spec.podCIDR` and `spec.podCIDRs`.
+//! `spec.podCIDR` gets a block of the cluster CIDR in `spec.podCIDR` and `spec.podCIDRs`
+//! (on a dual-stack cluster a block of each cluster CIDR, the primary's first).
 //! Decisions are [`allocate::allocate`] over the Nodes as reflected; this loop writes them.
 //!
 //! # Guarantees
@@ -24,7 +25,7 @@ use serde_json::json;
 
 use crate::informers::SyncError;
 use crate::node_informers::NodeInformers;
-pub use allocate::{Allocation, IpamConfig, IpamError, Ipv4Cidr, NodeCidrs};
+pub use allocate::{Allocation, IpCidr, IpamConfig, IpamError, NodeCidrs, NodeRange};
 
 /// The allocator looks again this often even without Node events.
 const RESYNC: Duration = Duration::from_secs(5);
@@ -45,7 +46,7 @@ pub(crate) async fn run(informers: Arc<NodeInformers>, config: IpamConfig) {
     let events = EventRecorder::new(term.client.clone(), "cidrAllocator", &term.identity);
     let nodes_api: Api<Node> = Api::all(term.client.clone());
     // Blocks given out that the reflector does not show yet, by Node.
-    let mut pending: HashMap<String, Ipv4Cidr> = HashMap::new();
+    let mut pending: HashMap<String, Vec<IpCidr>> = HashMap::new();
     let mut reported_full: HashSet<String> = HashSet::new();
     loop {
         let nodes = informers.nodes.state();
@@ -56,14 +57,14 @@ pub(crate) async fn run(informers: Arc<NodeInformers>, config: IpamConfig) {
             .filter(|n| !pending.contains_key(n.metadata.name.as_deref().unwrap_or("")))
             .map(|n| NodeCidrs { name: n.metadata.name.as_deref().unwrap_or(""), pod_cidrs: pod_cidrs(n) })
             .collect();
-        let reserved: Vec<Ipv4Cidr> = pending.values().copied().collect();
+        let reserved: Vec<IpCidr> = pending.values().flatten().copied().collect();
         for decision in allocate::allocate(&config, &views, &reserved) {
             let span = tracing::info_span!("reconcile", controller = "nodeipam", decision = ?decision, trace_id = tracing::field::Empty);
             keelson_tracecontext::continue_trace(&span, None);
             let step = execute(&nodes_api, &events, &nodes, &decision, &mut reported_full, &config);
             match tracing::Instrument::instrument(step, span).await {
-                Ok(Some((node, cidr))) => {
-                    pending.insert(node, cidr);
+                Ok(Some((node, cidrs))) => {
+                    pending.insert(node, cidrs);
                 }
                 Ok(None) => {}
                 Err(SyncError::Fenced) => {
@@ -89,20 +90,21 @@ async fn execute(
     decision: &Allocation,
     reported_full: &mut HashSet<String>,
     config: &IpamConfig,
-) -> Result<Option<(String, Ipv4Cidr)>, SyncError> {
+) -> Result<Option<(String, Vec<IpCidr>)>, SyncError> {
     let find = |name: &str| nodes.iter().find(|n| n.metadata.name.as_deref() == Some(name)).cloned();
     match decision {
-        Allocation::Assign { node, cidr } => {
+        Allocation::Assign { node, cidrs } => {
             let Some(current) = find(node) else { return Ok(None) };
+            let all: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
             let patch = json!({"metadata": {"resourceVersion": current.metadata.resource_version},
-                "spec": {"podCIDR": cidr.to_string(), "podCIDRs": [cidr.to_string()]}});
+                "spec": {"podCIDR": all.first(), "podCIDRs": all}});
             nodes_api.patch(node, &PatchParams::default(), &Patch::Merge(patch)).await.map_err(SyncError::from_kube)?;
-            tracing::info!(node = %node, cidr = %cidr, "pod CIDR allocated");
-            Ok(Some((node.clone(), *cidr)))
+            tracing::info!(node = %node, cidr = %all.join(","), "pod CIDR allocated");
+            Ok(Some((node.clone(), cidrs.clone())))
         }
         Allocation::Exhausted { node } => {
             if reported_full.insert(node.clone()) {
-                tracing::warn!(node = %node, cluster_cidr = %config.cluster_cidr, "no pod CIDR left for a node");
+                tracing::warn!(node = %node, cluster_cidr = %config, "no pod CIDR left for a node");
                 if let Some(n) = find(node) {
                     let message = format!("Node {node} status is now: CIDRNotAvailable");
                     events.publish(&n.object_ref(&()), EventType::Normal, "CIDRNotAvailable", &message).await;
