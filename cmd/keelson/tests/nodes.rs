@@ -195,6 +195,10 @@ async fn exercise(dir: &Path, nodes: &[keelson_runner::MemberEntry]) {
     let mut on: Vec<&str> = running.iter().map(|(n, _, _)| n.as_str()).collect();
     on.sort();
     assert_eq!(on, ["node-1", "node-2"], "one pod on each node: {running:?}");
+    // The servers' node IPAM hands out the run's own pod networks (both families).
+    let ps = lines_of(&["pgrep", "-a", "-f", "keelson server --name keelson-1 "]);
+    let want = format!("--cluster-cidr {}/16,{}/48", manifest_pod_nets(dir).0, manifest_pod_nets(dir).1);
+    assert!(ps.contains(&want), "keelson-1 runs with {want}: {ps}");
     // Each node is dual-stack: an InternalIP and a podCIDR of each family.
     let node_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
     for n in nodes {
@@ -252,6 +256,12 @@ async fn exercise(dir: &Path, nodes: &[keelson_runner::MemberEntry]) {
             assert!(logs.status.success(), "kubectl --context {context} logs {name} on {node}: {}", String::from_utf8_lossy(&logs.stderr));
         }
     }
+}
+
+/// The cluster's IPv4 and IPv6 pod networks, from its `cluster.json`.
+fn manifest_pod_nets(dir: &Path) -> (String, String) {
+    let m = Manifest::load(dir).unwrap().expect("cluster.json");
+    (m.pod_net.unwrap().to_string(), m.pod_net6.unwrap().to_string())
 }
 
 /// The pod names that answer in `tries` requests made by `fetch`.

@@ -61,7 +61,7 @@ use tokio_util::sync::CancellationToken;
 /// Settings of the controllers (kube-controller-manager's flags that Keelson has).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ControllerConfig {
-    /// `--cluster-cidr` and `--node-cidr-mask-size`.
+    /// `--cluster-cidr` and `--node-cidr-mask-size(-ipv4|-ipv6)`.
     pub node_ipam: nodeipam::IpamConfig,
     /// `--node-monitor-period`, `--node-monitor-grace-period`, `--node-startup-grace-period`.
     pub node_lifecycle: nodelifecycle::LifecycleConfig,

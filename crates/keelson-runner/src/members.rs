@@ -31,6 +31,14 @@ impl Cluster {
                 a.extend(["--listen".into(), e.raft_addr.clone(), "--api-listen".into(), e.api_addr.clone()]);
                 a.extend(["--metrics-addr".into(), e.metrics_addr.clone(), "--pki-dir".into(), self.pki_dir().display().to_string()]);
                 a.extend(bootstrap.iter().cloned());
+                // The node IPAM controller hands out blocks of the run's own pod networks
+                // (to nodes joined from elsewhere; the runner's nodes bring theirs),
+                // unless the caller names its own.
+                let own = self.spec.server_args.iter().any(|a| a.starts_with("--cluster-cidr"));
+                if let Some(pods) = self.manifest.pod_net.filter(|_| !own) {
+                    let v6 = self.manifest.pod_net6.map(|p| format!(",{p}/48")).unwrap_or_default();
+                    a.extend(["--cluster-cidr".into(), format!("{pods}/16{v6}")]);
+                }
                 a.extend(self.spec.server_args.iter().cloned());
                 a
             }
