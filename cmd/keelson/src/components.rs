@@ -29,14 +29,14 @@ pub struct ComponentArgs {
     /// of each (`spec.podCIDRs`), the first family primary.
     #[arg(long, default_value = keelson_controllers::nodeipam::allocate::DEFAULT_CLUSTER_CIDR)]
     cluster_cidr: String,
-    /// The prefix length of each Node's block of a single-stack cluster CIDR (of either
-    /// family; default 24 for IPv4, 64 for IPv6).
+    /// The prefix length of each Node's block of the IPv4 cluster CIDR, or of a
+    /// single-stack IPv6 one (the per-family flags below win over it).
     #[arg(long)]
     node_cidr_mask_size: Option<u8>,
-    /// The prefix length of each Node's block of the IPv4 cluster CIDR.
+    /// The prefix length of each Node's block of the IPv4 cluster CIDR [default: 24].
     #[arg(long)]
     node_cidr_mask_size_ipv4: Option<u8>,
-    /// The prefix length of each Node's block of the IPv6 cluster CIDR.
+    /// The prefix length of each Node's block of the IPv6 cluster CIDR [default: 64].
     #[arg(long)]
     node_cidr_mask_size_ipv6: Option<u8>,
     /// How often the node lifecycle controller looks at every Node.
@@ -65,8 +65,10 @@ impl ComponentArgs {
     /// The controllers' settings from the flags.
     pub fn controllers(&self) -> anyhow::Result<keelson_controllers::ControllerConfig> {
         use keelson_controllers::nodeipam::allocate::{DEFAULT_NODE_CIDR_MASK_SIZE, DEFAULT_NODE_CIDR_MASK_SIZE_V6};
+        // An IPv4 CIDR has no ':', and two CIDRs make the cluster dual-stack.
+        let single_stack_v6 = !self.cluster_cidr.contains(',') && self.cluster_cidr.contains(':');
         let v4 = self.node_cidr_mask_size_ipv4.or(self.node_cidr_mask_size).unwrap_or(DEFAULT_NODE_CIDR_MASK_SIZE);
-        let v6 = self.node_cidr_mask_size_ipv6.or(self.node_cidr_mask_size).unwrap_or(DEFAULT_NODE_CIDR_MASK_SIZE_V6);
+        let v6 = self.node_cidr_mask_size_ipv6.or(self.node_cidr_mask_size.filter(|_| single_stack_v6)).unwrap_or(DEFAULT_NODE_CIDR_MASK_SIZE_V6);
         let node_ipam = keelson_controllers::nodeipam::IpamConfig::from_flags(&self.cluster_cidr, v4, v6)?;
         let node_lifecycle = keelson_controllers::nodelifecycle::LifecycleConfig {
             monitor_period: self.node_monitor_period,
@@ -163,8 +165,28 @@ mod tests {
         let dual = controllers(&["--cluster-cidr", "10.99.0.0/16,fd99::/56", "--node-cidr-mask-size-ipv4", "25"]).unwrap().node_ipam;
         let masks = (dual.primary.node_mask, dual.secondary.map(|r| (r.cluster_cidr.to_string(), r.node_mask)));
         assert_eq!(masks, (25, Some(("fd99::/56".to_string(), 64))));
-        assert_eq!(controllers(&["--cluster-cidr", "fd99::/56", "--node-cidr-mask-size", "60"]).unwrap().node_ipam.primary.node_mask, 60);
-        assert!(controllers(&["--cluster-cidr", "10.99.0.0/16,10.98.0.0/16"]).is_err(), "two of one family");
+        // --node-cidr-mask-size is the IPv4 mask, and the IPv6 one of a single-stack IPv6 cluster.
+        for (flags, want) in [
+            (&["--cluster-cidr", "fd99::/56", "--node-cidr-mask-size", "60"][..], (60, None)),
+            (&["--cluster-cidr", "fd99::/56", "--node-cidr-mask-size-ipv6", "62"], (62, None)),
+            (&["--cluster-cidr", "10.99.0.0/16,fd99::/56", "--node-cidr-mask-size", "26"], (26, Some(64))),
+            (&["--cluster-cidr", "fd99::/56,10.99.0.0/16", "--node-cidr-mask-size", "26", "--node-cidr-mask-size-ipv6", "60"], (60, Some(26))),
+            (&["--cluster-cidr", "10.99.0.0/16", "--node-cidr-mask-size", "26", "--node-cidr-mask-size-ipv4", "20"], (20, None)),
+        ] {
+            let ipam = controllers(flags).unwrap().node_ipam;
+            assert_eq!((ipam.primary.node_mask, ipam.secondary.map(|r| r.node_mask)), want, "{flags:?}");
+        }
+        for (flags, why) in [
+            (&["--cluster-cidr", "10.99.0.0/16,10.98.0.0/16"][..], "two of one family"),
+            (&["--cluster-cidr", "10.99.0.0/16,fd99::/56,fd98::/56"], "three"),
+            (&["--cluster-cidr", "10.99.0.0/16,fd99::56"], "not a CIDR"),
+            (&["--cluster-cidr", "10.99.0.0/16,fd99::/47"], "2^17 IPv6 blocks"),
+            (&["--cluster-cidr", "10.99.0.0/16,fd99::/56", "--node-cidr-mask-size-ipv6", "127"], "IPv6 blocks of 2 addresses"),
+        ] {
+            assert!(controllers(flags).is_err(), "{why}: {flags:?}");
+        }
+        let err = controllers(&["--cluster-cidr", "10.99.0.0/16,10.98.0.0/16"]).unwrap_err().to_string();
+        assert!(err.contains("\"10.99.0.0/16,10.98.0.0/16\""), "{err}");
     }
 
     #[test]

@@ -41,22 +41,26 @@ pub struct PodRoute {
     pub via: String,
 }
 
+/// A Node's podCIDRs: `spec.podCIDRs`, or `spec.podCIDR` alone; empty when none.
+pub fn node_pod_cidrs(node: &k8s_openapi::api::core::v1::Node) -> Vec<&str> {
+    let spec = node.spec.as_ref();
+    match spec.and_then(|s| s.pod_cidrs.as_ref()).filter(|c| !c.is_empty()) {
+        Some(list) => list.iter().map(String::as_str).collect(),
+        None => spec.and_then(|s| s.pod_cidr.as_deref()).filter(|c| !c.is_empty()).into_iter().collect(),
+    }
+}
+
 /// Routes to every other node's podCIDRs, each through that node's InternalIP of the
 /// same family (a dual-stack node has one of each; a family without an address of the
 /// node gets no route).
 pub fn routes(own: &str, nodes: &[k8s_openapi::api::core::v1::Node]) -> BTreeSet<PodRoute> {
     let mut out = BTreeSet::new();
     for n in nodes.iter().filter(|n| n.metadata.name.as_deref() != Some(own)) {
-        let spec = n.spec.as_ref();
-        let cidrs = match spec.and_then(|s| s.pod_cidrs.as_ref()).filter(|c| !c.is_empty()) {
-            Some(list) => list.iter().collect::<Vec<_>>(),
-            None => spec.and_then(|s| s.pod_cidr.as_ref()).into_iter().collect(),
-        };
         let internal: Vec<&str> = n.status.as_ref().and_then(|s| s.addresses.as_ref()).into_iter().flatten().filter(|a| a.type_ == "InternalIP").map(|a| a.address.as_str()).collect();
-        for cidr in cidrs {
+        for cidr in node_pod_cidrs(n) {
             let v6 = cidr.contains(':');
             if let Some(via) = internal.iter().find(|a| a.contains(':') == v6) {
-                out.insert(PodRoute { cidr: cidr.clone(), via: via.to_string() });
+                out.insert(PodRoute { cidr: cidr.to_string(), via: via.to_string() });
             }
         }
     }

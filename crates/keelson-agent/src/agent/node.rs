@@ -118,8 +118,8 @@ impl NodeReporter {
         let mut warned = false;
         loop {
             // All the Node's podCIDRs (one of each family when dual-stack), comma-separated.
-            let spec = self.nodes().get_opt(&self.cfg.node_name).await.ok().flatten().and_then(|n| n.spec);
-            let given = spec.and_then(|s| s.pod_cidrs.filter(|c| !c.is_empty()).map(|c| c.join(",")).or(s.pod_cidr));
+            let node = self.nodes().get_opt(&self.cfg.node_name).await.ok().flatten();
+            let given = node.as_ref().map(cni::node_pod_cidrs).filter(|c| !c.is_empty()).map(|c| c.join(","));
             if let Some(c) = given.or_else(|| self.cfg.pod_cidr.clone()) {
                 return Ok(Some(c));
             }

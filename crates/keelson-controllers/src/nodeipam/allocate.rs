@@ -10,8 +10,9 @@ use std::str::FromStr;
 
 /// Kubernetes' default is none; Keelson's cluster CIDR is k3s's.
 pub const DEFAULT_CLUSTER_CIDR: &str = "10.42.0.0/16";
-/// `--node-cidr-mask-size-ipv4` and `-ipv6`, as in kube-controller-manager.
+/// `--node-cidr-mask-size-ipv4`, as in kube-controller-manager.
 pub const DEFAULT_NODE_CIDR_MASK_SIZE: u8 = 24;
+/// `--node-cidr-mask-size-ipv6`, as in kube-controller-manager.
 pub const DEFAULT_NODE_CIDR_MASK_SIZE_V6: u8 = 64;
 /// kube-controller-manager refuses a cluster CIDR split into more than 2^16 node blocks.
 pub const MAX_NODE_BLOCK_BITS: u8 = 16;
@@ -22,8 +23,9 @@ pub enum IpamError {
     /// Not `address/n` with n within the family's bits.
     #[error("invalid CIDR {0:?}: expected a network such as 10.42.0.0/16 or fd42::/48")]
     InvalidCidr(String),
-    /// The node mask is not inside the cluster CIDR's, or leaves too many blocks.
-    #[error("node CIDR mask size {mask} does not fit cluster CIDR {cluster}: it must be between {} and {} (and at most {})", .cluster.prefix, .cluster.prefix + MAX_NODE_BLOCK_BITS, .cluster.bits() - 2)]
+    /// The node mask is not inside the cluster CIDR's, leaves too many blocks or blocks
+    /// of fewer than 4 addresses.
+    #[error("node CIDR mask size {mask} does not fit cluster CIDR {cluster}: it must be between {} and {}", .cluster.prefix, NodeRange::max_mask(.cluster))]
     MaskSize { cluster: IpCidr, mask: u8 },
     /// Not one cluster CIDR, or one of each family.
     #[error("cluster CIDRs {0:?}: expected one CIDR, or an IPv4 and an IPv6 one, comma-separated")]
@@ -79,6 +81,9 @@ impl FromStr for IpCidr {
         let bad = || IpamError::InvalidCidr(s.to_string());
         let (addr, prefix) = s.trim().split_once('/').ok_or_else(bad)?;
         let addr: IpAddr = addr.parse().map_err(|_| bad())?;
+        if prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
         let prefix: u8 = prefix.parse().map_err(|_| bad())?;
         let bits = if addr.is_ipv6() { 128 } else { 32 };
         if prefix > bits {
@@ -103,10 +108,16 @@ pub struct NodeRange {
 
 impl NodeRange {
     pub fn new(cluster_cidr: IpCidr, node_mask: u8) -> Result<Self, IpamError> {
-        if node_mask < cluster_cidr.prefix || node_mask > cluster_cidr.bits() - 2 || node_mask - cluster_cidr.prefix > MAX_NODE_BLOCK_BITS {
+        if node_mask < cluster_cidr.prefix || node_mask > Self::max_mask(&cluster_cidr) {
             return Err(IpamError::MaskSize { cluster: cluster_cidr, mask: node_mask });
         }
         Ok(Self { cluster_cidr, node_mask })
+    }
+
+    /// The longest node mask of `cluster`: at most 2^16 blocks, each of at least 4
+    /// addresses (a /30 or a /126).
+    pub fn max_mask(cluster: &IpCidr) -> u8 {
+        (cluster.prefix + MAX_NODE_BLOCK_BITS).min(cluster.bits() - 2)
     }
 
     /// How many node blocks the cluster CIDR holds.
@@ -120,7 +131,8 @@ impl NodeRange {
 
     /// Block `i` (0-based) of the cluster CIDR.
     pub fn block(&self, i: u32) -> IpCidr {
-        let n = self.cluster_cidr.start() + (u128::from(i) << self.shift());
+        // A shift by 128 (one block, all of IPv6) is block 0.
+        let n = self.cluster_cidr.start() + u128::from(i).checked_shl(self.shift()).unwrap_or(0);
         IpCidr { addr: address(self.cluster_cidr.bits(), n), prefix: self.node_mask }
     }
 
@@ -134,7 +146,8 @@ impl NodeRange {
             return None;
         }
         let base = self.cluster_cidr.start();
-        Some((((start - base) >> self.shift()) as u32, ((last - base) >> self.shift()) as u32))
+        let index = |n: u128| (n - base).checked_shr(self.shift()).unwrap_or(0) as u32;
+        Some((index(start), index(last)))
     }
 }
 
@@ -161,7 +174,11 @@ impl IpamConfig {
     /// From kube-controller-manager's flags: `--cluster-cidr` (one CIDR, or an IPv4 and
     /// an IPv6 one, comma-separated) and the node mask of each family.
     pub fn from_flags(cluster_cidrs: &str, v4_mask: u8, v6_mask: u8) -> Result<Self, IpamError> {
-        let cidrs = cluster_cidrs.split(',').map(str::parse).collect::<Result<Vec<IpCidr>, _>>()?;
+        let parts: Vec<&str> = cluster_cidrs.split(',').collect();
+        if parts.len() > 2 || parts.iter().any(|p| p.trim().is_empty()) {
+            return Err(IpamError::Families(cluster_cidrs.to_string()));
+        }
+        let cidrs = parts.into_iter().map(str::parse).collect::<Result<Vec<IpCidr>, _>>()?;
         let range = |c: &IpCidr| NodeRange::new(*c, if c.is_ipv6() { v6_mask } else { v4_mask });
         match cidrs.as_slice() {
             [one] => Ok(Self { primary: range(one)?, secondary: None }),
@@ -252,19 +269,32 @@ mod tests {
         assert_eq!(cidr("10.42.7.9/16").to_string(), "10.42.0.0/16");
         assert_eq!(cidr("0.0.0.0/0").to_string(), "0.0.0.0/0");
         assert_eq!(cidr("fd42:0:0:7::9/48").to_string(), "fd42::/48");
-        for bad in ["10.42.0.0", "10.42.0.0/33", "10.42.0/16", "fd00::/129", "x/8"] {
+        for bad in ["10.42.0.0", "10.42.0.0/33", "10.42.0/16", "10.42.0.0/+8", "fd00::/129", "fd00::/", "x/8"] {
             assert!(bad.parse::<IpCidr>().is_err(), "{bad}");
         }
     }
 
     #[test]
     fn the_node_mask_must_fit_the_cluster_cidr() {
-        let c = cidr("10.42.0.0/16");
-        assert!(IpamConfig::new(c, 15).is_err());
-        assert!(IpamConfig::new(c, 31).is_err());
-        assert!(IpamConfig::new(cidr("10.0.0.0/8"), 25).is_err(), "2^17 blocks");
-        assert_eq!(IpamConfig::new(c, 24).unwrap().primary.blocks(), 256);
+        for (cluster, mask, why) in [
+            ("10.42.0.0/16", 15, "wider than the cluster CIDR"),
+            ("10.42.0.0/24", 31, "blocks of 2 addresses"),
+            ("10.0.0.0/8", 25, "2^17 blocks"),
+            ("fd42::/48", 47, "wider than the cluster CIDR"),
+            ("fd42::/120", 127, "blocks of 2 addresses"),
+            ("fd42::/47", 64, "2^17 blocks"),
+        ] {
+            assert!(matches!(IpamConfig::new(cidr(cluster), mask), Err(IpamError::MaskSize { .. })), "{cluster} /{mask}: {why}");
+        }
+        let err = IpamConfig::new(cidr("fd42::/47"), 64).unwrap_err().to_string();
+        assert_eq!(err, "node CIDR mask size 64 does not fit cluster CIDR fd42::/47: it must be between 47 and 63");
+        assert_eq!(IpamConfig::new(cidr("10.42.0.0/16"), 24).unwrap().primary.blocks(), 256);
+        assert_eq!(IpamConfig::new(cidr("fd42::/48"), 64).unwrap().primary.blocks(), 65536);
         assert_eq!(IpamConfig::default().primary.block(3).to_string(), "10.42.3.0/24");
+        // One block of all of IPv6 (a shift by 128).
+        let all = IpamConfig::new(cidr("::/0"), 0).unwrap();
+        assert_eq!(assigned(&allocate(&all, &[node("a", &[])], &[])), [("a".to_string(), "::/0".to_string())]);
+        assert_eq!(assigned(&allocate(&all, &[node("a", &["fd00::/64"]), node("b", &[])], &[])), [("b".to_string(), "exhausted".to_string())]);
     }
 
     #[test]
@@ -308,11 +338,15 @@ mod tests {
         let cfg = IpamConfig::from_flags("10.42.0.0/16,fd42::/48", 24, 64).unwrap();
         assert_eq!(cfg.to_string(), "10.42.0.0/16,fd42::/48");
         assert_eq!(cfg.secondary.unwrap().block(3).to_string(), "fd42:0:0:3::/64");
-        // a's IPv6 block takes IPv6 block 0 only; b's IPv4 one IPv4 block 1 only.
+        // a's IPv6 block takes IPv6 block 0 only; b's IPv4 one IPv4 block 1 only; a
+        // reserved IPv6 block takes only itself.
         let nodes = [node("c", &[]), node("a", &["10.42.0.0/24", "fd42::/64"]), node("b", &["10.42.1.0/24"]), node("d", &[])];
-        let want = [("c", "10.42.2.0/24,fd42:0:0:1::/64"), ("d", "10.42.3.0/24,fd42:0:0:2::/64")];
-        assert_eq!(assigned(&allocate(&cfg, &nodes, &[cidr("fd42:0:0:1::/64")])), [("c", "10.42.2.0/24,fd42:0:0:2::/64"), ("d", "10.42.3.0/24,fd42:0:0:3::/64")].map(|(n, c)| (n.to_string(), c.to_string())));
-        assert_eq!(assigned(&allocate(&cfg, &nodes, &[])), want.map(|(n, c)| (n.to_string(), c.to_string())));
+        for (reserved, want) in [
+            (vec![], [("c", "10.42.2.0/24,fd42:0:0:1::/64"), ("d", "10.42.3.0/24,fd42:0:0:2::/64")]),
+            (vec![cidr("fd42:0:0:1::/64")], [("c", "10.42.2.0/24,fd42:0:0:2::/64"), ("d", "10.42.3.0/24,fd42:0:0:3::/64")]),
+        ] {
+            assert_eq!(assigned(&allocate(&cfg, &nodes, &reserved)), want.map(|(n, c)| (n.to_string(), c.to_string())), "reserved {reserved:?}");
+        }
         // The order given is kept: an IPv6-primary cluster gives its IPv6 block first.
         let six_first = IpamConfig::from_flags("fd42::/48,10.42.0.0/16", 24, 64).unwrap();
         assert_eq!(assigned(&allocate(&six_first, &[node("x", &[])], &[])), [("x".to_string(), "fd42::/64,10.42.0.0/24".to_string())]);
@@ -340,6 +374,8 @@ mod tests {
         assert!(matches!(IpamConfig::from_flags("10.42.0.0/16,fd42::/47", 24, 64), Err(IpamError::MaskSize { .. })), "2^17 IPv6 blocks");
         assert!(matches!(IpamConfig::from_flags("fd42::/48", 24, 127), Err(IpamError::MaskSize { .. })));
         assert_eq!(IpamConfig::from_flags("10.42.0.0/16,10.1.0.0/16", 24, 64).unwrap_err().to_string(), "cluster CIDRs \"10.42.0.0/16,10.1.0.0/16\": expected one CIDR, or an IPv4 and an IPv6 one, comma-separated");
+        assert_eq!(IpamConfig::from_flags("10.42.0.0/16,", 24, 64), Err(IpamError::Families("10.42.0.0/16,".into())));
+        assert_eq!(IpamConfig::from_flags("10.42.0.0/16,fd42::48", 24, 64), Err(IpamError::InvalidCidr("fd42::48".into())));
     }
 }
 
