@@ -256,6 +256,10 @@ fn kill_namespace_processes(ns: &str) {
     }
 }
 
+/// How many kill-and-list rounds [`remove_node_leftovers`] makes before it gives up on a
+/// node's processes that keep forking.
+const KILL_ROUNDS: usize = 8;
+
 /// Kills what a node left behind in `dir` (processes whose command line names it or whose
 /// root lies in it: containerd, shims, containers) and unmounts its mounts, deepest
 /// first. Returns what failed.
@@ -265,9 +269,20 @@ pub(crate) fn remove_node_leftovers(dir: &Path) -> Vec<String> {
     if needle.len() < 2 {
         return problems;
     }
-    for pid in processes_in(dir) {
-        if !cmd::kill_and_wait(pid, Duration::from_secs(5)) {
-            problems.push(format!("pid {pid} of node {needle} did not die"));
+    // A process may fork between the listing and its kill (busybox httpd forks per
+    // connection, a shim starts runc): kill in rounds until a listing finds nothing.
+    for _ in 0..KILL_ROUNDS {
+        let pids = processes_in(dir);
+        if pids.is_empty() {
+            break;
+        }
+        for pid in pids {
+            if !cmd::kill_and_wait(pid, Duration::from_secs(5)) {
+                problems.push(format!("pid {pid} of node {needle} did not die"));
+            }
+        }
+        if !problems.is_empty() {
+            break;
         }
     }
     let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
@@ -458,6 +473,26 @@ mod tests {
         assert_eq!(r.pids, vec![(100, 5), (101, 6)]);
         assert_eq!(r.node_dirs, vec![PathBuf::from("/tmp/x/node-1")]);
         assert_eq!(parse_recorded("42 7\n"), Recorded::default());
+    }
+
+    /// A node process that forks all the time (as busybox httpd does per connection)
+    /// leaves no child behind: what forks between a listing and its kill goes next round.
+    #[test]
+    fn a_node_process_that_keeps_forking_leaves_nothing_behind() {
+        let dir = std::env::temp_dir().join(format!("keelson-forking-node-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Each child is a subshell (its command line names the directory, as a container's
+        // root lies in it), sleeping a little.
+        let script = "while :; do (sleep 3; :) & sleep 0.002; done";
+        let mut node = std::process::Command::new("sh").args(["-c", script, &dir.display().to_string()]).spawn().expect("sh");
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(processes_in(&dir).len() > 10, "the node forked");
+        let problems = remove_node_leftovers(&dir);
+        let survivors = processes_in(&dir);
+        let _ = node.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert!(survivors.is_empty(), "processes {survivors:?} survived");
     }
 
     /// A member of a run whose owner is gone is killed by `cleanup_stale`.
