@@ -8,6 +8,35 @@ use crate::error::ApiError;
 /// Largest accepted request body (the Kubernetes limit is 3 MiB).
 pub const MAX_BODY: usize = 3 << 20;
 
+/// How much of a body over [`MAX_BODY`] is read and dropped before the 413 goes out. A
+/// client sends its whole body before it reads the answer: a connection closed under it
+/// while it still writes is a broken pipe where it should have seen the 413. Past this,
+/// the connection is dropped.
+pub const DRAIN_BEYOND_LIMIT: usize = 16 << 20;
+
+/// A request body of at most [`MAX_BODY`] bytes. A larger one is refused (413) once it has
+/// been read to its end, or [`DRAIN_BEYOND_LIMIT`] bytes past the limit.
+pub async fn read_limited(body: axum::body::Body) -> Result<bytes::Bytes, ApiError> {
+    use http_body_util::BodyExt;
+    let mut body = body;
+    let mut kept = bytes::BytesMut::new();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::BadRequest(format!("reading the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        total += data.len();
+        if total <= MAX_BODY {
+            kept.extend_from_slice(&data);
+        } else if total > MAX_BODY + DRAIN_BEYOND_LIMIT {
+            break;
+        }
+    }
+    if total > MAX_BODY {
+        return Err(ApiError::TooLarge(format!("the request body is larger than {MAX_BODY} bytes")));
+    }
+    Ok(kept.freeze())
+}
+
 /// How a PATCH body is to be applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PatchKind {
@@ -204,6 +233,33 @@ mod tests {
         assert_eq!(media("application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1;g=meta.k8s.io"), ResponseMedia::Json);
         assert_eq!(media("*/*"), ResponseMedia::Json);
         assert_eq!(media(""), ResponseMedia::Json);
+    }
+
+    /// A body of `chunks` chunks of `size` bytes, counting the chunks read.
+    fn counted_body(chunks: usize, size: usize) -> (axum::body::Body, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use futures::StreamExt;
+        let read = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = read.clone();
+        let stream = futures::stream::iter(0..chunks).map(move |_| {
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b' '; size]))
+        });
+        (axum::body::Body::from_stream(stream), read)
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_read_to_its_end_before_the_413() {
+        let (exact, _) = counted_body(3, 1 << 20);
+        assert_eq!(read_limited(exact).await.unwrap().len(), MAX_BODY, "3 MiB is taken");
+        // 4 MiB: refused, and read whole so the client is not cut off mid-send.
+        let (over, read) = counted_body(64, 64 << 10);
+        assert_eq!(read_limited(over).await.unwrap_err().code(), 413);
+        assert_eq!(read.load(std::sync::atomic::Ordering::Relaxed), 64);
+        // Without end: read only to the drain bound.
+        let (endless, read) = counted_body(usize::MAX, 1 << 20);
+        assert_eq!(read_limited(endless).await.unwrap_err().code(), 413);
+        let chunks = read.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(chunks <= (MAX_BODY + DRAIN_BEYOND_LIMIT) / (1 << 20) + 1, "{chunks} chunks read");
     }
 
     #[test]

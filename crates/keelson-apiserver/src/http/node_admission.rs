@@ -26,7 +26,7 @@ pub(crate) async fn check(state: &Arc<ApiState>, user: &UserInfo, rr: &ResourceR
     let query = parse_query(req.uri().query());
     let attrs = crate::auth::attributes::attributes(req.method(), &super::request::Route::Resource(rr.clone()), req.uri().path(), &query);
     let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, negotiate::MAX_BODY).await.map_err(|_| ApiError::TooLarge("request body too large".into()))?;
+    let bytes = negotiate::read_limited(body).await?;
     let current = match &rr.name {
         Some(name) => match state.registry.get(rr.def, rr.namespace.as_deref(), name).await {
             Ok(s) => Some(s.obj),

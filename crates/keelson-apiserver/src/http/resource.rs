@@ -20,9 +20,7 @@ use crate::registry::{DeleteOptions, Deleted, Registry};
 
 pub(crate) async fn read_body(req: Request) -> Result<(HeaderMap, Vec<u8>), ApiError> {
     let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, negotiate::MAX_BODY)
-        .await
-        .map_err(|_| ApiError::TooLarge(format!("the request body is larger than {} bytes", negotiate::MAX_BODY)))?;
+    let bytes = negotiate::read_limited(body).await?;
     Ok((parts.headers, bytes.to_vec()))
 }
 
