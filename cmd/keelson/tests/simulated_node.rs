@@ -1,6 +1,7 @@
 //! `keelson agent --runtime simulated`: the real agent — its pod workers, status, probes
 //! and Events — on the simulated runtime, with no containerd and no root. One server on
-//! loopback and one simulated node: a pod with an init container and an exec readiness
+//! loopback and one simulated node: its Lease is renewed by updates that keep what others
+//! changed, a pod with an init container and an exec readiness
 //! probe becomes Running and Ready with an address of the node's podCIDR, the kubelet's
 //! Events tell it, pods annotated with an exit code end Succeeded or Failed, and a deleted
 //! pod is stopped and gone. Runs on any machine.
@@ -8,6 +9,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
@@ -57,6 +59,35 @@ async fn a_simulated_node_runs_the_agents_pod_lifecycle_without_containers() {
     let cidr = node.spec.as_ref().unwrap().pod_cidr.clone().expect("a podCIDR");
     let prefix = cidr.rsplit_once('.').unwrap().0.to_string();
     assert!(agent_log().contains("SIMULATED node sim-1"), "{}", agent_log());
+
+    // The node's Lease: held and owned by the node, renewed by updates (as the kubelet
+    // renews, not by apply); a change someone else makes to it is read and kept, not
+    // overwritten, and the renewals go on.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let uid = node.metadata.uid.clone().unwrap();
+    let lease = until("the node's Lease, owned by its Node", Duration::from_secs(30), || async {
+        let l = leases.get_opt("sim-1").await.ok().flatten()?;
+        l.metadata.owner_references.as_ref()?.iter().any(|o| o.kind == "Node" && o.uid == uid).then_some(l)
+    })
+    .await;
+    let spec = lease.spec.clone().unwrap();
+    assert_eq!((spec.holder_identity.as_deref(), spec.lease_duration_seconds), (Some("sim-1"), Some(40)));
+    let operations: Vec<_> = lease.metadata.managed_fields.iter().flatten().filter_map(|m| m.operation.clone()).collect();
+    assert!(!operations.is_empty() && operations.iter().all(|o| o == "Update"), "renewed by updates: {operations:?}");
+    let touched = until("the Lease changed by someone else", Duration::from_secs(30), || async {
+        let mut l = leases.get("sim-1").await.ok()?;
+        l.metadata.labels.get_or_insert_with(Default::default).insert("touched".into(), "yes".into());
+        leases.replace("sim-1", &PostParams::default(), &l).await.ok()
+    })
+    .await;
+    let touched_at = touched.spec.unwrap().renew_time.unwrap();
+    until("a renewal after the change, keeping it", Duration::from_secs(30), || async {
+        let l = leases.get("sim-1").await.ok()?;
+        let kept = l.metadata.labels.as_ref().is_some_and(|m| m.get("touched").map(String::as_str) == Some("yes"));
+        assert!(kept, "a renewal overwrote someone else's change: {:?}", l.metadata);
+        (l.spec?.renew_time?.0 > touched_at.0).then_some(())
+    })
+    .await;
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let web = pod(

@@ -18,13 +18,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::watcher::{self, watcher};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::node_lease::NodeLease;
 use crate::status::{node_status, running_pod_status, terminated_pod_status, NodeCapacity};
 
 /// A pod annotation (simulation only): the exit code its containers finish with on a
@@ -79,10 +79,6 @@ fn now() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-fn micro_now() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
-}
-
 /// Host address of hollow node `i` (240.0.0.0/8) and the `n`th pod address on it (241.0.0.0/8).
 fn host_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::from(0xF000_0000u32 + 1 + i as u32)
@@ -124,17 +120,13 @@ pub async fn run(client: kube::Client, cfg: HollowConfig, shutdown: Cancellation
     Ok(())
 }
 
-/// Renews every node's Lease in `kube-node-lease`.
+/// Renews every node's Lease in `kube-node-lease`, by updates as the real agent does.
 async fn heartbeat(client: kube::Client, cfg: HollowConfig, shutdown: CancellationToken) {
-    let leases: Api<Lease> = Api::namespaced(client, "kube-node-lease");
+    let mut leases: Vec<NodeLease> = cfg.indices().map(|i| NodeLease::new(client.clone(), &cfg.node_name(i), 40)).collect();
     loop {
-        for i in cfg.indices() {
-            let name = cfg.node_name(i);
-            let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name},
-                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": micro_now()}});
-            let r = leases.patch(&name, &PatchParams::apply("hollow-node").force(), &Patch::Apply(lease)).await;
-            if let Err(e) = r {
-                tracing::debug!(node = %name, error = %e, "renewing the node lease");
+        for lease in &mut leases {
+            if let Err(e) = lease.renew(None).await {
+                tracing::debug!(node = %lease.name(), error = %e, "renewing the node lease");
             }
         }
         tokio::select! {

@@ -10,6 +10,7 @@
 //!   port-forward, `/stats/summary`, `/metrics/resource`);
 //! - [`stats`]: node and container usage sampled from `/proc` and CRI stats, as the
 //!   kubelet's Summary API (rates and shapes pure);
+//! - [`node_lease`]: the node's Lease, renewed by updates as the kubelet renews it;
 //! - [`status`]: the Node and pod status an agent reports (pure);
 //! - [`hollow`]: hollow nodes (as kubemark's): Nodes with capacity and heartbeats whose
 //!   bound pods are reported Running and Ready without containers (simulated), so tests
@@ -23,6 +24,7 @@ pub mod images;
 pub mod kubelet_api;
 pub mod local_path;
 pub mod metrics;
+pub mod node_lease;
 pub mod pod;
 pub mod runtime;
 pub mod stats;

@@ -55,6 +55,10 @@ pub struct ApiBenchArgs {
     /// Seconds between one node's renewals (the agents' and the kubelet's 10 s).
     #[arg(long, default_value_t = 10)]
     pub lease_interval_secs: u64,
+    /// How the simulated nodes renew: `update` (as the agent and the kubelet do) or
+    /// `apply` (a forced server-side apply), to compare the two.
+    #[arg(long, value_enum, default_value_t = crate::api_pods::LeaseRenewal::Update)]
+    pub lease_renewal: crate::api_pods::LeaseRenewal,
     /// Pods loaded for the pod lists and the memory figure (0 skips the pod phases).
     #[arg(long, default_value_t = 10000)]
     pub pods: usize,

@@ -2,8 +2,9 @@
 //! the API.
 //!
 //! - Simulated nodes: a Node (tainted so no real pod lands on it, Ready) and its Lease in
-//!   `kube-node-lease` per node, the Lease renewed every 10 s with a server-side apply as
-//!   `keelson agent` does, the renewals spread evenly over the interval. The servers' CPU
+//!   `kube-node-lease` per node, the Lease renewed every 10 s as `keelson agent` renews
+//!   it, by an update of the Lease last written (`--lease-renewal apply`: by a forced
+//!   server-side apply instead), the renewals spread evenly over the interval. The servers' CPU
 //!   is sampled over a window with the renewals and one without: the difference is what
 //!   the renewals cost. They go on through the pod rounds.
 //! - Pod rounds: a create with no `nodeName` (and the bench's own `schedulerName`, so the
@@ -26,6 +27,8 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
+
+use keelson_agent::node_lease::NodeLease;
 
 use crate::agent_process::server_processes;
 use crate::api::{closed_loop, ApiBenchArgs};
@@ -67,6 +70,8 @@ impl ServerSample {
 pub struct LeaseRenewals {
     pub nodes: usize,
     pub interval_secs: u64,
+    /// How they renewed.
+    pub by: LeaseRenewal,
     /// Every renewal made while the bench ran (alone, then alongside the pod rounds).
     pub renewals: Option<PhaseResult>,
     /// Servers' CPU, in cores (all servers together), over a window without renewals and
@@ -172,12 +177,41 @@ async fn create_nodes(client: &kube::Client, nodes: usize) -> anyhow::Result<()>
     Ok(())
 }
 
-/// Renews node `i`'s Lease, as `keelson agent` does.
-async fn renew(leases: &Api<Lease>, i: usize) -> Result<(), kube::Error> {
-    let name = node_name(i);
-    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name},
-        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": micro_now()}});
-    leases.patch(&name, &PatchParams::apply("kubelet").force(), &Patch::Apply(lease)).await.map(|_| ())
+/// How the simulated nodes renew their Leases.
+#[derive(clap::ValueEnum, serde::Serialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LeaseRenewal {
+    /// An update of the Lease last written, as `keelson agent` and the kubelet renew.
+    #[default]
+    Update,
+    /// A forced server-side apply of the Lease's spec (how the agent renewed before).
+    Apply,
+}
+
+/// One simulated node's Lease and how it is renewed.
+struct SimulatedLease {
+    by: LeaseRenewal,
+    api: Api<Lease>,
+    lease: NodeLease,
+}
+
+impl SimulatedLease {
+    fn new(client: &kube::Client, i: usize, by: LeaseRenewal) -> Self {
+        let name = node_name(i);
+        SimulatedLease { by, api: Api::namespaced(client.clone(), LEASE_NS), lease: NodeLease::new(client.clone(), &name, 40) }
+    }
+
+    async fn renew(&mut self) -> Result<(), kube::Error> {
+        match self.by {
+            LeaseRenewal::Update => self.lease.renew(None).await,
+            LeaseRenewal::Apply => {
+                let name = self.lease.name();
+                let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name},
+                    "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": micro_now()}});
+                self.api.patch(name, &PatchParams::apply("kubelet").force(), &Patch::Apply(lease)).await.map(|_| ())
+            }
+        }
+    }
 }
 
 /// Renewal latencies (µs) and errors, filled until the token is cancelled.
@@ -187,11 +221,10 @@ struct RenewalLog {
     errors: AtomicU64,
 }
 
-/// Renews `nodes` Leases, each every `interval`, spread evenly, over the clients in
-/// turn, until `stop`. A renewal that is slow does not hold back the next ones.
-async fn renew_leases(clients: Vec<kube::Client>, nodes: usize, interval: Duration, log: Arc<RenewalLog>, stop: CancellationToken) {
-    let leases: Vec<Api<Lease>> = clients.into_iter().map(|c| Api::namespaced(c, LEASE_NS)).collect();
-    let mut tick = tokio::time::interval((interval / nodes.max(1) as u32).max(Duration::from_micros(100)));
+/// Renews every Lease of `leases` once per `interval`, spread evenly, until `stop`. A
+/// renewal that is slow does not hold back the other nodes'.
+async fn renew_leases(leases: Vec<Arc<tokio::sync::Mutex<SimulatedLease>>>, interval: Duration, log: Arc<RenewalLog>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval((interval / leases.len().max(1) as u32).max(Duration::from_micros(100)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let in_flight = Arc::new(tokio::sync::Semaphore::new(256));
     for k in 0usize.. {
@@ -200,10 +233,11 @@ async fn renew_leases(clients: Vec<kube::Client>, nodes: usize, interval: Durati
             _ = tick.tick() => {}
         }
         let Ok(permit) = in_flight.clone().acquire_owned().await else { return };
-        let (api, log, i) = (leases[k % leases.len()].clone(), log.clone(), k % nodes);
+        let (lease, log) = (leases[k % leases.len()].clone(), log.clone());
         tokio::spawn(async move {
+            let mut lease = lease.lock().await;
             let t = Instant::now();
-            match renew(&api, i).await {
+            match lease.renew().await {
                 Ok(()) => log.latencies.lock().expect("lock").push(t.elapsed().as_micros().min(u32::MAX as u128) as u32),
                 Err(e) => {
                     if log.errors.fetch_add(1, Ordering::Relaxed) == 0 {
@@ -233,12 +267,10 @@ pub(crate) async fn pod_phases(args: &ApiBenchArgs, clients: &[kube::Client], se
     let nodes = args.lease_nodes.max(1);
     eprintln!("bench: {nodes} simulated nodes (Node, Lease)");
     create_nodes(&clients[0], nodes).await?;
-    let leases_api: Api<Lease> = Api::namespaced(clients[0].clone(), LEASE_NS);
-    futures::stream::iter(0..nodes)
-        .map(|i| {
-            let leases = leases_api.clone();
-            async move { renew(&leases, i).await }
-        })
+    // Node i talks to server i mod 3 throughout, as an agent keeps its connection.
+    let leases: Vec<_> = (0..nodes).map(|i| Arc::new(tokio::sync::Mutex::new(SimulatedLease::new(&clients[i % clients.len()], i, args.lease_renewal)))).collect();
+    futures::stream::iter(leases.clone())
+        .map(|l| async move { l.lock().await.renew().await })
         .buffer_unordered(32)
         .try_collect::<Vec<_>>()
         .await?;
@@ -253,11 +285,12 @@ pub(crate) async fn pod_phases(args: &ApiBenchArgs, clients: &[kube::Client], se
         // The controllers' reactions to the new nodes die down first.
         tokio::time::sleep(Duration::from_secs(5)).await;
         let idle = cores_over(servers, args.duration_secs).await;
-        tokio::spawn(renew_leases(clients.to_vec(), args.lease_nodes, interval, log.clone(), stop.clone()));
+        tokio::spawn(renew_leases(leases[..args.lease_nodes].to_vec(), interval, log.clone(), stop.clone()));
         let with = cores_over(servers, args.duration_secs).await;
         out.leases = Some(LeaseRenewals {
             nodes: args.lease_nodes,
             interval_secs: args.lease_interval_secs,
+            by: args.lease_renewal,
             idle_cores: idle,
             with_renewals_cores: with,
             renewals_cost_cores: idle.zip(with).map(|(i, w)| (w - i).max(0.0)),
@@ -384,11 +417,11 @@ pub(crate) fn print_pod_phases(p: &PodPhases, row: &dyn Fn(&str, &PhaseResult)) 
     }
     if let Some(l) = &p.leases {
         if let Some(r) = &l.renewals {
-            row(&format!("lease renewals ({})", l.nodes), r);
+            row(&format!("lease renewals ({}, by {:?})", l.nodes, l.by), r);
         }
         if let Some(cost) = l.renewals_cost_cores {
-            println!("lease renewals of {} nodes every {} s: {:.1}% of one core (all servers; idle {:.1}%, with renewals {:.1}%)",
-                l.nodes, l.interval_secs, cost * 100.0, l.idle_cores.unwrap_or(0.0) * 100.0, l.with_renewals_cores.unwrap_or(0.0) * 100.0);
+            println!("lease renewals ({:?}) of {} nodes every {} s: {:.1}% of one core (all servers; idle {:.1}%, with renewals {:.1}%)",
+                l.by, l.nodes, l.interval_secs, cost * 100.0, l.idle_cores.unwrap_or(0.0) * 100.0, l.with_renewals_cores.unwrap_or(0.0) * 100.0);
         }
     }
     if let Some(ms) = p.round_server_cpu_ms {

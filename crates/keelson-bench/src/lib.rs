@@ -28,6 +28,7 @@
 mod agent_process;
 mod api;
 mod api_pods;
+pub use api_pods::LeaseRenewal;
 mod controllers;
 mod failover;
 mod ingress;

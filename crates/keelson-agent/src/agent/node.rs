@@ -5,7 +5,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -13,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{machine, AgentConfig};
 use crate::cni::{self, PodRoute};
+use crate::node_lease::NodeLease;
 use crate::runtime::Runtime;
 use crate::status::{node_status_of, NodeFacts};
 
@@ -39,9 +39,8 @@ fn now() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-fn micro_now() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
-}
+/// How long a node's Lease holds after a renewal: the kubelet's 40 s, four heartbeats.
+const NODE_LEASE_DURATION_SECS: i32 = 40;
 
 /// The annotations of the ports the node's ingress serves (None: removed, that one is
 /// off). Set once its listeners are bound, removed when it stops.
@@ -192,20 +191,6 @@ impl NodeReporter {
         Ok(())
     }
 
-    /// Renews the node's Lease, owned by `current` (the Node as last read).
-    async fn renew_lease(&self, current: Option<&Node>) -> Result<(), kube::Error> {
-        let name = &self.cfg.node_name;
-        let owner = current.and_then(|n| n.metadata.uid.clone());
-        let mut lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name},
-            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": micro_now()}});
-        if let Some(uid) = owner {
-            lease["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}]);
-        }
-        let leases: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
-        leases.patch(name, &PatchParams::apply("kubelet").force(), &Patch::Apply(lease)).await?;
-        Ok(())
-    }
-
     async fn sync_routes(&self, applied: &mut BTreeSet<PodRoute>) {
         let Ok(nodes) = self.nodes().list(&ListParams::default()).await else { return };
         let wanted = cni::routes(&self.cfg.node_name, &nodes.items);
@@ -225,6 +210,7 @@ impl NodeReporter {
         let me = self.clone();
         let status = tokio::spawn(async move {
             let mut routes = BTreeSet::new();
+            let mut lease = NodeLease::new(me.client.clone(), &me.cfg.node_name, NODE_LEASE_DURATION_SECS);
             loop {
                 // One read of the Node per heartbeat: its uid owns the Lease, its
                 // conditions' transition times carry over into the status.
@@ -235,7 +221,9 @@ impl NodeReporter {
                         None
                     }
                 };
-                if let Err(e) = me.renew_lease(current.as_ref()).await {
+                // The Node's uid owns the Lease.
+                let owner = current.as_ref().and_then(|n| n.metadata.uid.as_deref());
+                if let Err(e) = lease.renew(owner).await {
                     tracing::info!(error = %e, "renewing the node lease");
                 }
                 if let Err(e) = me.report(current.as_ref()).await {
