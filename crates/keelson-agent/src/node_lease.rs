@@ -59,7 +59,12 @@ impl NodeLease {
                 }
                 // Changed or deleted by someone else: read it again and retry.
                 Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => last_err = Some(kube::Error::Api(s)),
-                Err(e) => return Err(e),
+                // Any other failure: the version last written is still the one to update
+                // (if the write did land, the next update conflicts and reads it again).
+                Err(e) => {
+                    self.latest = Some(next);
+                    return Err(e);
+                }
             }
         }
         Err(last_err.expect("an attempt failed"))
