@@ -24,7 +24,7 @@ use kube::runtime::watcher::{self, watcher};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::node_lease::NodeLease;
+use crate::node_lease::{NodeLease, NODE_LEASE_DURATION_SECS};
 use crate::status::{node_status, running_pod_status, terminated_pod_status, NodeCapacity};
 
 /// A pod annotation (simulation only): the exit code its containers finish with on a
@@ -122,7 +122,7 @@ pub async fn run(client: kube::Client, cfg: HollowConfig, shutdown: Cancellation
 
 /// Renews every node's Lease in `kube-node-lease`, by updates as the real agent does.
 async fn heartbeat(client: kube::Client, cfg: HollowConfig, shutdown: CancellationToken) {
-    let mut leases: Vec<NodeLease> = cfg.indices().map(|i| NodeLease::new(client.clone(), &cfg.node_name(i), 40)).collect();
+    let mut leases: Vec<NodeLease> = cfg.indices().map(|i| NodeLease::new(client.clone(), &cfg.node_name(i), NODE_LEASE_DURATION_SECS)).collect();
     loop {
         for lease in &mut leases {
             if let Err(e) = lease.renew(None).await {

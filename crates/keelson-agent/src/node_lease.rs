@@ -13,6 +13,9 @@ use kube::api::{Api, PostParams};
 /// The namespace of node Leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 
+/// How long a node's Lease holds after a renewal: the kubelet's 40 s, four heartbeats.
+pub const NODE_LEASE_DURATION_SECS: i32 = 40;
+
 /// How many updates one renewal tries (each after a conflict or a vanished Lease) before
 /// it gives up until the next heartbeat; the kubelet's `maxUpdateRetries` is 5.
 const RENEW_ATTEMPTS: usize = 5;

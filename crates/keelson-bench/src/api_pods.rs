@@ -28,7 +28,7 @@ use kube::Api;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use keelson_agent::node_lease::NodeLease;
+use keelson_agent::node_lease::{NodeLease, NODE_LEASE_DURATION_SECS};
 
 use crate::agent_process::server_processes;
 use crate::api::{closed_loop, ApiBenchArgs};
@@ -198,7 +198,7 @@ struct SimulatedLease {
 impl SimulatedLease {
     fn new(client: &kube::Client, i: usize, by: LeaseRenewal) -> Self {
         let name = node_name(i);
-        SimulatedLease { by, api: Api::namespaced(client.clone(), LEASE_NS), lease: NodeLease::new(client.clone(), &name, 40) }
+        SimulatedLease { by, api: Api::namespaced(client.clone(), LEASE_NS), lease: NodeLease::new(client.clone(), &name, NODE_LEASE_DURATION_SECS) }
     }
 
     async fn renew(&mut self) -> Result<(), kube::Error> {
@@ -207,7 +207,7 @@ impl SimulatedLease {
             LeaseRenewal::Apply => {
                 let name = self.lease.name();
                 let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name},
-                    "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": micro_now()}});
+                    "spec": {"holderIdentity": name, "leaseDurationSeconds": NODE_LEASE_DURATION_SECS, "renewTime": micro_now()}});
                 self.api.patch(name, &PatchParams::apply("kubelet").force(), &Patch::Apply(lease)).await.map(|_| ())
             }
         }

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{machine, AgentConfig};
 use crate::cni::{self, PodRoute};
-use crate::node_lease::NodeLease;
+use crate::node_lease::{NodeLease, NODE_LEASE_DURATION_SECS};
 use crate::runtime::Runtime;
 use crate::status::{node_status_of, NodeFacts};
 
@@ -39,8 +39,6 @@ fn now() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-/// How long a node's Lease holds after a renewal: the kubelet's 40 s, four heartbeats.
-const NODE_LEASE_DURATION_SECS: i32 = 40;
 
 /// The annotations of the ports the node's ingress serves (None: removed, that one is
 /// off). Set once its listeners are bound, removed when it stops.
